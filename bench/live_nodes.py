@@ -97,6 +97,7 @@ from read_probe import ReadProbe
 from thread_cpu import thread_figures, thread_names, thread_times
 
 from pooltree.node import wire
+from pooltree.node.service import backoff_delay
 
 HEARTBEAT_PATH = "/internal/node_heartbeat"
 NODE_SECRET_HEADER = "X-Pooltree-Node-Secret"
@@ -232,22 +233,33 @@ def _driver(
         ).encode()
 
     async def run_node(node: SimNode) -> None:
+        """As the node agent (``node/service.py``): connects at its first heartbeat, keeps its connection, and
+        after a failed heartbeat (recorded with status 0) connects again after the agent's backoff."""
         target = port
-        connection = await HttpConnection.open(host, target)
+        connection: HttpConnection | None = None
         head = head_for(target)
         slot = time.time() + random.random() * period
+        failures = 0
         try:
             while slot < end.value:
                 await asyncio.sleep(max(0.0, slot - time.time()))
                 sent = time.time()
                 body = node.body(sent)
                 try:
+                    if connection is None:
+                        connection = await HttpConnection.open(host, target)
                     status, data = await connection.request(
                         head + b"Content-Length: %d\r\n\r\n" % len(body) + body, REQUEST_TIMEOUT
                     )
                 except (TimeoutError, OSError, ValueError):
                     records.append((sent, time.time(), 0, 0))
-                    return
+                    if connection is not None:
+                        connection.close()
+                        connection = None
+                    failures += 1
+                    slot = time.time() + backoff_delay(failures)
+                    continue
+                failures = 0
                 got = time.time()
                 answer = wire.decode(data) if status == 200 else {}
                 started = node.apply(answer, got)
@@ -257,13 +269,14 @@ def _driver(
                     # the node's shard (scheduler --node-shards): the next heartbeats go there, as the agent's
                     target = int(shard.rsplit(":", 1)[1])
                     connection.close()
-                    connection = await HttpConnection.open(host, target)
+                    connection = None
                     head = head_for(target)
                 slot += period
                 while slot < got:  # the slots missed while the answer was late: offered, not sent
                     slot += period
         finally:
-            connection.close()
+            if connection is not None:
+                connection.close()
 
     async def sample_cpu() -> None:
         process = psutil.Process()

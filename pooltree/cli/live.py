@@ -41,6 +41,7 @@ from pooltree.local.cluster import READY_PREFIX, ROLE_PREFIX, LocalCluster
 from pooltree.node.isolation import Resolution, resolve_isolation
 from pooltree.node.service import check_period
 from pooltree.security.guard import LOOPBACK_NETWORKS, is_loopback, parse_networks
+from pooltree.server.heartbeat_listener import open_files_for_nodes
 from pooltree.server.live.model import check_update_period
 from pooltree.shards.host import MAX_NODE_SHARDS
 
@@ -315,6 +316,9 @@ def scheduler_command(
         check_port_free(host, port)
         check_port_free(host, heartbeats or 0)
         os.umask(0o077)  # the store, its journal and the secret files are the scheduler's alone
+        before, after = open_files_for_nodes()  # a descriptor per node's heartbeat connection
+        if after != before:
+            log.info("open files limit raised from %d to %d for the nodes' connections", before, after)
         url = store_url_for(store, data)
         secrets = _scheduler_secrets(token_file, token, node_secret_file, node_networks, host, data)
         secrets["store_key_file"] = store_key_file if store_key_file is not None else data / STORE_KEY_FILE

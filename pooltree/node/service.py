@@ -18,7 +18,7 @@ import logging
 import math
 import re
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,8 +121,31 @@ class NodeLoopStats:
         del self.errors[:-20]
 
 
+@dataclass(frozen=True)
+class HeartbeatClients:
+    """A node's HTTP clients for its heartbeats: ``scheduler`` for the scheduler list's addresses (the API port),
+    ``listener`` for the heartbeat listener or node shard the scheduler named (``heartbeat_url``). Each keeps an idle
+    connection less long than its server does (``wire.NODE_API_KEEP_ALIVE``, ``wire.NODE_KEEP_ALIVE``), so the
+    node closes an idle connection first and never sends a heartbeat on one the server is closing; and the
+    listener's connection outlives the longest heartbeat period, so it carries every heartbeat."""
+
+    scheduler: httpx.AsyncClient
+    listener: httpx.AsyncClient
+
+
+@contextlib.asynccontextmanager
+async def heartbeat_clients(timeout: float) -> AsyncIterator[HeartbeatClients]:
+    """`HeartbeatClients` with requests timed out after ``timeout`` seconds, closed on exit."""
+    scheduler = httpx.AsyncClient(
+        timeout=timeout, limits=httpx.Limits(keepalive_expiry=wire.NODE_API_KEEP_ALIVE)
+    )
+    listener = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(keepalive_expiry=wire.NODE_KEEP_ALIVE))
+    async with scheduler, listener:
+        yield HeartbeatClients(scheduler, listener)
+
+
 class NodeLoop:
-    """Carries one ``NodeAgent``'s heartbeats to a scheduler over one ``httpx.AsyncClient``."""
+    """Carries one ``NodeAgent``'s heartbeats to a scheduler over its `HeartbeatClients`."""
 
     def __init__(
         self,
@@ -173,11 +196,12 @@ class NodeLoop:
             body[wire.RESOURCE_LIMITS] = resources_to_dict(zeros())
         return body
 
-    async def heartbeat_once(self, client: httpx.AsyncClient, timeout: float = REQUEST_TIMEOUT) -> bool:
+    async def heartbeat_once(self, clients: HeartbeatClients, timeout: float = REQUEST_TIMEOUT) -> bool:
         """One heartbeat round trip; True if the scheduler answered and its response was applied.
 
         A heartbeat goes to the node shard the scheduler named (``heartbeat_url``) when it named one; when the
-        shard does not answer, the same heartbeat goes at once to the scheduler, which names the shard anew."""
+        shard does not answer, the same heartbeat goes at once to the scheduler, which names the shard anew.
+        ``clients``: the node's connections to each (`HeartbeatClients`)."""
         if self.agent.pending_stderr_uploads():
             await asyncio.to_thread(upload_stderr, self.agent, self.scheduler_url, self.headers)
         body = self.heartbeat_body()
@@ -186,7 +210,7 @@ class NodeLoop:
         response = None
         if self.shard_url is not None:
             try:
-                response = await client.post(
+                response = await clients.listener.post(
                     self.shard_url + HEARTBEAT_PATH, content=payload, headers=headers, timeout=timeout
                 )
             except httpx.HTTPError as error:
@@ -203,7 +227,7 @@ class NodeLoop:
                 self.shard_url = None
         if response is None:
             try:
-                response = await client.post(
+                response = await clients.scheduler.post(
                     self.scheduler_url + HEARTBEAT_PATH, content=payload, headers=headers, timeout=timeout
                 )
             except httpx.HTTPError as error:
@@ -280,9 +304,9 @@ class NodeLoop:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Heartbeat until ``stop`` is set; never raises for scheduler failures (they are retried)."""
-        async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT) as client:
+        async with heartbeat_clients(REQUEST_TIMEOUT) as clients:
             while not stop.is_set():
-                ok = await self.heartbeat_once(client)
+                ok = await self.heartbeat_once(clients)
                 if stop.is_set():
                     break
                 if ok:
@@ -296,8 +320,8 @@ class NodeLoop:
         """One last heartbeat (after the jobs were aborted) so the scheduler learns their fate at once; it reports
         zero resource limits, so the scheduler does not place the aborted jobs' replacements here."""
         self.draining = True
-        async with httpx.AsyncClient(timeout=timeout) as client:
-            return await self.heartbeat_once(client, timeout=timeout)
+        async with heartbeat_clients(timeout) as clients:
+            return await self.heartbeat_once(clients, timeout=timeout)
 
 
 def parse_scheduler_urls(value: Any, path: str = "scheduler") -> list[str]:

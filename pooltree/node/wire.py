@@ -53,6 +53,24 @@ def decode(body: bytes) -> Any:
 HEARTBEAT_PATH = "/internal/node_heartbeat"
 """Where nodes ``POST`` their heartbeats (the scheduler and its node shards)."""
 
+# how long an idle heartbeat connection is kept, on each side: the side that closes first must be the node's, or the
+# listener's close can cross a heartbeat the node has just sent on that connection (reset: a failed heartbeat)
+API_PORT_KEEP_ALIVE = 5.0
+"""Seconds the scheduler's API port keeps an idle connection (uvicorn's default ``timeout_keep_alive``; the read
+process's public port keeps the same, ``reads.relay.KEEP_ALIVE``). A node's first heartbeat goes there."""
+NODE_API_KEEP_ALIVE = API_PORT_KEEP_ALIVE - 1.0
+"""Seconds a node keeps an idle connection to the scheduler's API port: less than the port keeps it."""
+NODE_KEEP_ALIVE = 75.0
+"""Seconds a node keeps an idle connection to a heartbeat listener (the scheduler's own or a node shard's: the address
+``heartbeat_url`` names): more than the longest heartbeat period (``node.service.MAX_PERIOD``), so a node heartbeats
+on one connection for as long as the listener runs. With both sides at the libraries' 5 s defaults, a node at a 5 s
+period sent its heartbeat as the listener closed the connection (a reset: a failed heartbeat), and at a longer
+period opened a connection for every heartbeat."""
+LISTENER_KEEP_ALIVE = NODE_KEEP_ALIVE + 30.0
+"""Seconds a heartbeat listener (the scheduler's, each node shard's) keeps an idle connection (its
+``timeout_keep_alive``): more than a node keeps one, so the node closes first and the listener's close never crosses
+a heartbeat."""
+
 # heartbeat keys
 NODE_ADDRESS = "node_address"
 RESOURCE_LIMITS = "resource_limits"

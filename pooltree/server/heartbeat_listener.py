@@ -16,11 +16,14 @@ refused, 502/503) goes back to the API's port, which answers it and names the li
 
 from __future__ import annotations
 
+import resource
 import socket
 import threading
 import time
 
 import uvicorn
+
+from pooltree.node import wire
 
 START_TIMEOUT = 30.0
 """Seconds the listener's thread has to start serving."""
@@ -41,6 +44,41 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+LISTEN_BACKLOG = 8192
+"""Connections a heartbeat listener lets wait for its accept (the kernel caps it at ``net.core.somaxconn``):
+uvicorn's 2,048 was overrun when thousands of nodes came back at once, and a connection the queue had no room for
+was reset at its first heartbeat."""
+
+
+def listener_settings(config: uvicorn.Config) -> uvicorn.Config:
+    """``config`` as a heartbeat listener's (the scheduler's own, each node shard's): idle connections kept longer
+    than a node keeps them (``wire.LISTENER_KEEP_ALIVE``), so a node's heartbeat never meets the listener's close
+    of its connection, and `LISTEN_BACKLOG`."""
+    config.timeout_keep_alive = int(wire.LISTENER_KEEP_ALIVE)
+    config.backlog = LISTEN_BACKLOG
+    return config
+
+
+OPEN_FILES_CAP = 1 << 20
+"""The soft limit `open_files_for_nodes` sets when the hard limit is unlimited."""
+
+
+def open_files_for_nodes() -> tuple[int, int]:
+    """Raise the process's soft limit of open files to its hard limit (at most `OPEN_FILES_CAP`); (before, after).
+    Every node holds a connection to its listener for as long as it heartbeats (`listener_settings`), so a
+    scheduler or node shard holds a descriptor per node: at the soft limit many systems start processes with
+    (1,024) the listener could not accept the thousandth node. The hard limit is the administrator's bound."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES_CAP if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (OSError, ValueError):
+            return soft, soft
+        return soft, wanted
+    return soft, soft
 
 
 def url_for(hostname: str, port: int) -> str:

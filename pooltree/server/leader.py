@@ -40,7 +40,7 @@ from pooltree.reads.host import ReadPort
 from pooltree.reads.peer import peer_line_protocol, stamped
 from pooltree.reads.relay import UPSTREAM_KEEP_ALIVE
 from pooltree.security.sealing import Sealer
-from pooltree.server.heartbeat_listener import HeartbeatListener, bind_socket
+from pooltree.server.heartbeat_listener import HeartbeatListener, bind_socket, listener_settings
 from pooltree.server.heartbeat_protocol import HeartbeatProtocol
 from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import error_json, error_to_dict, header_text
@@ -384,6 +384,7 @@ class SchedulerRunner:
         # plain heartbeats past uvicorn's request machinery, anything else by uvicorn (``heartbeat_protocol.py``)
         config = http_config(self._heartbeat_entry, self.host, port, http=HeartbeatProtocol)
         config.interface = "asgi3"  # a bound coroutine method: uvicorn's guess would take it for ASGI 2
+        listener_settings(config)
         listener = HeartbeatListener(config, sock)
         await run_in_threadpool(listener.start)
         self.heartbeats = listener

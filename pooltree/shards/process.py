@@ -55,6 +55,7 @@ from pooltree.gc_policy import survivors_frozen
 from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
 from pooltree.server.app import error_response, new_request_id
+from pooltree.server.heartbeat_listener import LISTEN_BACKLOG, listener_settings, open_files_for_nodes
 from pooltree.server.heartbeat_protocol import Answering, DirectHeartbeats, HeartbeatProtocol, RawHeaders
 from pooltree.server.heartbeats import (
     HeartbeatRoute,
@@ -375,11 +376,12 @@ def run_shard(
     """The body of shard process ``index``: listen, report the port, serve until the leader's pipe ends; with
     ``passes``, run its nodes' heartbeat passes asked on that pipe (``passes.serve_passes``, a thread)."""
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s shard-{index} %(levelname)s %(message)s")
+    open_files_for_nodes()  # a descriptor per node's heartbeat connection
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, 0))
-    sock.listen(1024)
+    sock.listen(LISTEN_BACKLOG)
     server = ShardServer(conn, settings)
     config = uvicorn.Config(
         server.asgi,
@@ -393,6 +395,7 @@ def run_shard(
         # else by uvicorn's with a deadline for request headers (``server/heartbeat_protocol.py``)
         http=HeartbeatProtocol,
     )
+    listener_settings(config)  # idle connections kept past the nodes' keep-alive, a deep accept queue
     uvicorn_server = uvicorn.Server(config)
 
     async def main() -> None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import resource
+import socket
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -18,7 +21,9 @@ import pytest
 from pooltree.config import parse_pool_trees
 from pooltree.errors import PooltreeError
 from pooltree.node import wire
-from pooltree.node.service import NODE_SECRET_HEADER
+from pooltree.node.service import MAX_PERIOD, NODE_SECRET_HEADER, heartbeat_clients
+from pooltree.server.heartbeat_listener import OPEN_FILES_CAP
+from pooltree.server.heartbeat_protocol import HeartbeatProtocol
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live.jobs import DeferredHeartbeat
 from pooltree.server.service import SchedulerService
@@ -232,3 +237,86 @@ def test_a_heartbeat_whose_report_activates_an_operation_starts_it_over_http(
     assert answer[wire.ACKNOWLEDGE] == [job]
     assert [spec["operation_id"] for spec in answer.get(wire.START, [])] == [queued]
     assert deferred  # finished on a heartbeat thread, the tree published apart
+
+
+def test_a_node_heartbeats_on_one_connection_at_a_period_past_five_seconds(
+    runner: Runner, monkeypatch: Any
+) -> None:
+    """A node at a heartbeat period past five seconds (the libraries' default keep-alive on both sides) keeps one
+    connection to the listener, and the listener keeps it: with httpx's and uvicorn's defaults the node opened a
+    connection for every heartbeat past 5 s, and at 5 s sent its heartbeat as the listener closed the connection.
+    Checked both ways: the node's own clients (`heartbeat_clients`) reuse their connection across the gap, and a
+    raw connection idle as long is still answered by the listener."""
+    accepted: list[int] = []
+    made = HeartbeatProtocol.connection_made
+
+    def counted(self: HeartbeatProtocol, transport: Any) -> None:
+        accepted.append(1)
+        made(self, transport)
+
+    monkeypatch.setattr(HeartbeatProtocol, "connection_made", counted)
+    first = httpx.post(runner.url + wire.HEARTBEAT_PATH, content=_beat("n1"), headers=NODE, timeout=WAIT)
+    listener = wire.decode(first.content)[wire.HEARTBEAT_URL]
+    host, port = urlsplit(listener).hostname, urlsplit(listener).port
+    assert host is not None and port is not None
+    # the gap is the behaviour under test (an idle connection's life), not a wait for a condition
+    gap = wire.API_PORT_KEEP_ALIVE + 0.5
+
+    def raw_beat(sock: socket.socket) -> int:
+        body = _beat("n3")
+        sock.sendall(
+            f"POST {wire.HEARTBEAT_PATH} HTTP/1.1\r\nHost: {host}:{port}\r\n{NODE_SECRET_HEADER}: {NODE_SECRET}\r\n"
+            f"Content-Type: {wire.MEDIA_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        held = b""
+        while b"\r\n\r\n" not in held:
+            chunk = sock.recv(65536)
+            assert chunk, "the listener closed the node's connection"
+            held += chunk
+        head, _, rest = held.partition(b"\r\n\r\n")
+        length = int(
+            next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))[15:]
+        )
+        while len(rest) < length:
+            chunk = sock.recv(65536)
+            assert chunk, "the listener closed the node's connection"
+            rest += chunk
+        return int(head.split()[1])
+
+    async def node() -> list[int]:
+        statuses = []
+        async with heartbeat_clients(WAIT) as clients:
+            for _ in range(2):
+                answer = await clients.listener.post(
+                    listener + wire.HEARTBEAT_PATH, content=_beat("n2"), headers=NODE
+                )
+                statuses.append(answer.status_code)
+                await asyncio.sleep(gap)
+        return statuses
+
+    with socket.create_connection((host, port), timeout=WAIT) as sock:
+        assert raw_beat(sock) == 200
+        assert asyncio.run(node()) == [200, 200]  # the node's gaps also keep the raw connection idle past 5 s
+        assert raw_beat(sock) == 200
+    assert len(accepted) == 2  # the raw connection and the node's one
+    assert wire.LISTENER_KEEP_ALIVE > wire.NODE_KEEP_ALIVE > MAX_PERIOD
+    assert wire.NODE_API_KEEP_ALIVE < wire.API_PORT_KEEP_ALIVE
+
+
+def test_open_files_are_raised_to_the_hard_limit() -> None:
+    """A scheduler or node shard holds a descriptor per node's connection: the soft limit goes up to the hard one."""
+    script = (
+        "import resource\n"
+        "from pooltree.server.heartbeat_listener import open_files_for_nodes\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))\n"
+        "print(open_files_for_nodes(), resource.getrlimit(resource.RLIMIT_NOFILE), hard)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT, check=True
+    )
+    values = [int(v) for v in out.stdout.replace("(", " ").replace(")", " ").replace(",", " ").split()]
+    (before, after, soft_now, hard_now, hard_was) = values
+    expected = min(hard_was, OPEN_FILES_CAP) if hard_was != resource.RLIM_INFINITY else OPEN_FILES_CAP
+    assert before == min(256, hard_was) and after == soft_now == expected and hard_now == hard_was
