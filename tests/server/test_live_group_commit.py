@@ -4,6 +4,8 @@ before it is acknowledged). Also the per-node index of running jobs."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import sys
 import threading
 from collections.abc import Sequence
@@ -112,6 +114,73 @@ def test_later_records_of_a_job_replace_earlier_ones_in_a_batch() -> None:
     commits.submit([_record("a", "completed")])
     commits.flush()
     assert [(r.id, r.state) for r in written] == [("a", "completed")]
+
+
+def test_event_loop_waiters_hand_their_batches_to_the_commit_thread_without_an_executor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``wait_async``'s committer hands its batch to the group commit's own thread through a queue: written there,
+    in order, every waiter woken once stored, and no ``concurrent.futures.Future`` made per batch (the executor's
+    submit made one with its ``Condition``, a work item and a semaphore round on the heartbeat loop's thread)."""
+    made: list[int] = []
+    original = concurrent.futures.Future.__init__
+
+    def counted(self: concurrent.futures.Future[Any]) -> None:
+        made.append(1)
+        original(self)
+
+    monkeypatch.setattr(concurrent.futures.Future, "__init__", counted)
+    written: list[tuple[str, list[str]]] = []
+    commits = GroupCommit(
+        lambda records: written.append((threading.current_thread().name, [r.id for r in records]))
+    )
+
+    async def rounds() -> list[float | None]:
+        ended: list[float | None] = []
+        for round_ in range(5):
+            tickets = [commits.submit([_record(f"j{round_}.{index}")]) for index in range(3)]
+            ended += await asyncio.gather(*(commits.wait_async(ticket) for ticket in tickets))
+            assert all(commits.settled(ticket) for ticket in tickets)
+        return ended
+
+    try:
+        ended = asyncio.run(rounds())
+    finally:
+        commits.close()
+    assert made == []
+    assert written == [("group-commit", [f"j{r}.{i}" for i in range(3)]) for r in range(5)]
+    assert all(isinstance(at, float) for at in ended)  # each waiter learns when its batch ended
+    assert (commits.batches, commits.tickets, commits.records) == (5, 15, 15)
+
+
+def test_closing_ends_the_commit_thread_after_the_batches_handed_to_it() -> None:
+    gate = threading.Event()
+    written: list[list[str]] = []
+
+    def write(records: Sequence[JobRecord]) -> None:
+        gate.wait(WAIT)
+        written.append([r.id for r in records])
+
+    commits = GroupCommit(write)
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(commits.wait_async(commits.submit([_record("a")])))
+        while not commits._committing:  # handed to the thread, held at the gate
+            await asyncio.sleep(0.001)
+        writer = commits._writer
+        assert writer is not None
+        commits.close()  # while the batch is being written
+        gate.set()
+        await asyncio.wait_for(waiting, WAIT)  # still written, its waiter woken
+        writer.thread.join(WAIT)
+        assert not writer.thread.is_alive()
+        await asyncio.wait_for(commits.wait_async(commits.submit([_record("b")])), WAIT)  # a new thread
+
+    try:
+        asyncio.run(main())
+    finally:
+        commits.close()
+    assert written == [["a"], ["b"]]
 
 
 def test_a_heartbeat_is_answered_after_its_jobs_are_stored_and_the_lock_is_free_meanwhile(

@@ -22,20 +22,26 @@ Waiters on an event loop (heartbeats processed on the service's loop) use ``wait
 the batch's end resolves, and a committer among them writes its batch on the group commit's own thread, so a batch
 costs one thread hop instead of one per heartbeat. That thread is the group commit's alone: a write must never
 queue behind threads that wait for the scheduling lock, whose holder may be waiting for that write (``flush``).
+A batch reaches it through a ``queue.SimpleQueue`` (one C call), not an executor: ``ThreadPoolExecutor.submit``
+made a ``concurrent.futures.Future`` (with its ``Condition``), a work item and a semaphore round per batch that
+nobody waited on, on the heartbeat loop's thread (``bench/RESULTS.md``, session 37).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
 
 from pooltree.server.heartbeat_trace import TRACE
 from pooltree.server.live.lock import resolve_all
 from pooltree.server.stalls import StallRing
 from pooltree.server.store import JobRecord, Mutation, OperationRecord
+
+log = logging.getLogger(__name__)
 
 FAILURES_KEPT = 64
 
@@ -69,8 +75,8 @@ class GroupCommit:
         self._committing = False
         self._failures: list[tuple[int, int, BaseException]] = []
         """(first ticket, last ticket, error) of failed batches, the latest ``FAILURES_KEPT``."""
-        self._executor: ThreadPoolExecutor | None = None
-        """The thread ``wait_async``'s committers write on (made at the first)."""
+        self._writer: _Writer | None = None
+        """The thread ``wait_async``'s committers write on (made at the first, ended by ``close``)."""
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[float]]] = []
         """Event-loop waiters of the batch being committed (resolved when it ends)."""
         self.batches = 0
@@ -144,11 +150,11 @@ class GroupCommit:
                 taken = None if self._committing else self._take()
             if taken is not None:
                 batch, last, first = taken
-                try:
-                    self._writer().submit(self._commit, batch, first, last)
-                except RuntimeError:
-                    # the thread is shut down (``close``): written here (``ended`` resolved too)
-                    self._commit(batch, first, last)
+                writer = self._writer or self._start_writer()
+                if writer is None:  # no thread can start (the interpreter is exiting): written here
+                    self._commit(batch, first, last)  # (``ended`` resolved too)
+                else:
+                    writer.put((batch, first, last))
             ended_at = await ended
 
     def _take(self) -> tuple[_Batch, int, int]:
@@ -158,18 +164,25 @@ class GroupCommit:
         self._committing = True
         return batch, self._submitted, self._durable + 1
 
-    def _writer(self) -> Executor:
+    def _start_writer(self) -> _Writer | None:
+        """The commit thread (started now if there is none); None when no thread can start."""
         with self._mutex:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="group-commit")
-            return self._executor
+            if self._writer is None:
+                writer = _Writer(self._commit)
+                try:
+                    writer.thread.start()
+                except RuntimeError:
+                    return None
+                self._writer = writer
+            return self._writer
 
     def close(self) -> None:
-        """End the commit thread of ``wait_async`` (idle once nothing waits)."""
+        """End the commit thread of ``wait_async`` once it has written the batches handed to it (idle once nothing
+        waits); a later ``wait_async`` starts another."""
         with self._mutex:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False)
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.put(None)
 
     def flush(self) -> None:
         """Store everything queued so far (the caller's later write then cannot overtake it)."""
@@ -226,6 +239,27 @@ class GroupCommit:
         for first, last, error in self._failures:
             if first <= ticket <= last:
                 raise error
+
+
+class _Writer:
+    """The group commit's thread: writes the batches put in its queue, in order, until it takes None."""
+
+    __slots__ = ("commit", "put", "queue", "thread")
+
+    def __init__(self, commit: Callable[[_Batch, int, int], BaseException | None]) -> None:
+        self.commit = commit
+        self.queue: queue.SimpleQueue[tuple[_Batch, int, int] | None] = queue.SimpleQueue()
+        self.put = self.queue.put
+        """Hand a batch (``(batch, first ticket, last ticket)``) to the thread, or None to end it."""
+        self.thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+
+    def _run(self) -> None:
+        take, commit = self.queue.get, self.commit
+        while (item := take()) is not None:
+            try:
+                commit(*item)  # the write's error is the batch's waiters' (``_commit`` keeps it for them)
+            except Exception:  # anything else: logged, and the thread goes on with the next batch
+                log.exception("the group commit's thread failed to settle a batch")
 
 
 class _Batch:
