@@ -107,6 +107,47 @@ def test_a_failed_batch_fails_every_waiter_in_it_and_the_next_batch_proceeds() -
     assert calls == [2, 1]
 
 
+def test_after_batch_runs_on_the_commit_thread_after_the_waiters_only_after_a_stored_batch() -> None:
+    """``after_batch`` (the store's checkpoint) runs on the group commit's thread once a batch written there has
+    woken its waiters: the waiter returns while it is held; never after a failed batch, never on a committer's own
+    thread (``wait``, ``flush``: under the scheduling lock); one that raises leaves the thread writing."""
+    calls: list[str] = []
+    ran, release = threading.Event(), threading.Event()
+
+    def write(records: Sequence[JobRecord]) -> None:
+        if records[0].id == "bad":
+            raise OSError("disk full")
+
+    def after_batch() -> None:
+        calls.append(threading.current_thread().name)
+        ran.set()
+        assert release.wait(WAIT)
+        if len(calls) == 1:
+            raise RuntimeError("the checkpoint failed")
+
+    commits = GroupCommit(write, after_batch=after_batch)
+    commits.wait(commits.submit([_record("a")]))
+    commits.flush()
+    assert calls == []  # a committer on the caller's thread
+
+    async def heartbeat(job_id: str) -> None:
+        await asyncio.wait_for(commits.wait_async(commits.submit([_record(job_id)])), WAIT)
+
+    try:
+        asyncio.run(heartbeat("b"))  # returns with after_batch held
+        assert ran.wait(WAIT) and not release.is_set()
+        release.set()
+        with pytest.raises(OSError, match="disk full"):
+            asyncio.run(heartbeat("bad"))
+        ran.clear()
+        asyncio.run(heartbeat("c"))  # the thread goes on after the one that raised
+        assert ran.wait(WAIT)
+        assert len(calls) == 2 and all(name.startswith("group-commit") for name in calls)
+    finally:
+        release.set()
+        commits.close()
+
+
 def test_later_records_of_a_job_replace_earlier_ones_in_a_batch() -> None:
     written: list[JobRecord] = []
     commits = GroupCommit(written.extend)

@@ -25,6 +25,10 @@ queue behind threads that wait for the scheduling lock, whose holder may be wait
 A batch reaches it through a ``queue.SimpleQueue`` (one C call), not an executor: ``ThreadPoolExecutor.submit``
 made a ``concurrent.futures.Future`` (with its ``Condition``), a work item and a semaphore round per batch that
 nobody waited on, on the heartbeat loop's thread (``bench/RESULTS.md``, session 37).
+After a batch written there has woken its waiters, that thread runs ``after_batch`` (the store's checkpoint of its
+journal, ``Store.checkpoint_journal``): no waiter of the batch waits for it, and the next batch, queued meanwhile,
+is written after it on the same thread (in order with it). A committer on a waiter's own thread (``wait``,
+``flush``: under the scheduling lock) never runs it.
 """
 
 from __future__ import annotations
@@ -56,10 +60,13 @@ class GroupCommit:
         self,
         write: Callable[[Sequence[JobRecord]], None],
         write_operations: Callable[[Sequence[OperationWrite], Sequence[JobRecord]], None] | None = None,
+        after_batch: Callable[[], object] | None = None,
     ) -> None:
         self._write = write
         self._write_operations = write_operations
         """Writes a batch holding operation records (theirs and the job records in one transaction)."""
+        self._after_batch = after_batch
+        """Run on the group commit's thread after a batch written there woke its waiters (see the module)."""
         self._mutex = threading.RLock()
         """Guards the queue and the counters; taken directly (its C context manager) where nothing waits."""
         self._condition = threading.Condition(self._mutex)
@@ -168,7 +175,7 @@ class GroupCommit:
         """The commit thread (started now if there is none); None when no thread can start."""
         with self._mutex:
             if self._writer is None:
-                writer = _Writer(self._commit)
+                writer = _Writer(self._commit_on_thread)
                 try:
                     writer.thread.start()
                 except RuntimeError:
@@ -234,6 +241,15 @@ class GroupCommit:
             except RuntimeError:  # its loop is closed
                 continue
         return error
+
+    def _commit_on_thread(self, batch: _Batch, first: int, last: int) -> None:
+        """``_commit`` on the group commit's thread, then (the batch stored, its waiters woken) ``after_batch``."""
+        if self._commit(batch, first, last) is not None or self._after_batch is None:
+            return
+        try:
+            self._after_batch()
+        except Exception:  # the thread goes on writing batches
+            log.exception("the group commit's work after a batch failed")
 
     def _raise_if_failed(self, ticket: int) -> None:
         for first, last, error in self._failures:

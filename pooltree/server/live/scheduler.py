@@ -96,9 +96,9 @@ class LiveScheduler:
         """The operations holding revived jobs per node."""
         self.heartbeat_throttle = HeartbeatThrottle(throttle_settings)
         """Heartbeats in flight; throttles them past YTsaurus's concurrent heartbeat limits (``throttle.py``)."""
-        self.commits = GroupCommit(store.put_jobs, store.put_operations)
-        """Job records of heartbeats and starts' operation records, stored in batches outside the lock
-        (``commit.py``)."""
+        self.commits = GroupCommit(store.put_jobs, store.put_operations, store.checkpoint_journal)
+        """Job records of heartbeats and starts' operation records, stored in batches outside the lock, the
+        store's journal checkpointed after a batch's waiters were woken (``commit.py``)."""
         self.allocation_jobs: dict[str, str] = {}
         self.nodes: dict[str, NodeState] = {}
         self.expected_nodes: dict[str, float] = {}

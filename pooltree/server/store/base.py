@@ -300,6 +300,12 @@ class Store(ABC):
         """Check the store actively (the watch calls it periodically); returns ``health()``."""
         return self.health()
 
+    def checkpoint_journal(self) -> int | None:
+        """Copy the store's write-ahead log into its database when enough is pending (SQLite:
+        ``SqliteStore.checkpoint_journal``), called by the group commit after a batch's waiters were woken; the
+        frames copied, or None when nothing was done (a database server checkpoints by itself)."""
+        return None
+
     # Cypress nodes: canonical path -> record (type, id, attributes, value, times).
     @abstractmethod
     def load_nodes(self) -> dict[str, dict[str, Any]]:

@@ -8,6 +8,13 @@ puts the store in trouble (``Store.health()``), so nothing more is acknowledged 
 again; the scheduler must be restarted on a good file. The write-ahead log (``<file>-wal``) is watched the same way:
 commits not yet checkpointed live only there, so when it is deleted or replaced the store goes into trouble and
 first checkpoints what SQLite still holds open into the database file (nothing acknowledged is lost).
+
+Checkpoints: SQLite copies the log into the database file inside the commit that brings it to
+``wal_autocheckpoint`` pages, so that commit (and whoever waits for it) waits for the copy. The group commit calls
+``checkpoint_journal`` on its own thread after a batch's waiters were woken (``live/commit.py``), which copies the log
+once it holds ``CHECKPOINT_FRAMES`` frames not yet copied; SQLite's own checkpoint, at ``AUTOCHECKPOINT_FRAMES``,
+stays as the bound for writes that come another way. A checkpoint runs under the store's lock, after the same file
+check a commit makes, in order with the commits.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import logging
 import os
 import sqlite3
 import stat
+import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -46,6 +54,20 @@ READERS = 4
 under one lock, a listing that lost the GIL between two of its rows (``sqlite3`` lets it go at every row) held
 every other read meanwhile: another listing, a start's mutation-id check (session 28's ``live_queue --split``)."""
 
+CHECKPOINT_FRAMES = 256
+"""Frames of the log not yet copied into the database file past which ``checkpoint_journal`` copies them: ~1 MiB,
+a few milliseconds of copy (~3 ms for 300 frames here, ~7 ms for 1,000), about 15 a second at 1,000 loaded
+heartbeats a second."""
+AUTOCHECKPOINT_FRAMES = 1000
+"""SQLite's own checkpoint inside the commit that brings the log to this many frames (its default, set explicitly):
+the log's bound when ``checkpoint_journal`` is not called (writes outside the group commit's thread) or fell
+behind; ``JOURNAL_BOUND`` is its size."""
+WAL_INDEX_HEADER = 48
+"""Bytes of one copy of the log's index header at the start of ``<file>-shm`` (SQLite keeps two, the second right
+after the first); ``mxFrame`` (the log's last valid frame) is at offset 16, both in the host's byte order, and the
+checkpoint's ``nBackfill`` (frames already copied) right after the two copies."""
+WAL_INDEX_VERSION = 3007000
+
 log = logging.getLogger(__name__)
 
 
@@ -71,8 +93,16 @@ class SqliteStore(SqlStore):
         self.path = path
         self._fd: int | None = None
         self.long_commits = StallRing()
-        """``COMMIT`` statements of at least ``STALL_SECONDS``: a checkpoint of the WAL into the database file runs
-        inside the commit that crosses ``wal_autocheckpoint`` (``live/tail.py``)."""
+        """``COMMIT`` statements of at least ``STALL_SECONDS`` (a checkpoint of the WAL into the database file runs
+        inside the commit that crosses ``wal_autocheckpoint``) and ``checkpoint_journal``'s checkpoints as long
+        (``live/tail.py``)."""
+        self.checkpoints = 0
+        """Checkpoints ``checkpoint_journal`` ran (each a ``PASSIVE`` one)."""
+        self.checkpoint_failures = 0
+        """Those that raised (logged; nothing is lost: the log holds what they did not copy)."""
+        self._shm_fd: int | None = None
+        """The log's index (``<file>-shm``), read for the count of frames not yet copied; None if it could not be
+        opened (then only SQLite's own checkpoints run)."""
         try:
             if self.path.exists():
                 mode = self.path.stat().st_mode
@@ -95,6 +125,7 @@ class SqliteStore(SqlStore):
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(f"PRAGMA journal_size_limit={JOURNAL_BOUND}")  # shrink back after a big commit
             self._conn.execute("PRAGMA busy_timeout=10000")
+            self._conn.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_FRAMES}")
         except (OSError, sqlite3.Error) as error:
             raise StoreError(
                 f"cannot open SQLite store {self.path}: {_reason(error)}", attributes={"url": self.url}
@@ -142,6 +173,8 @@ class SqliteStore(SqlStore):
             min(ROWS_PER_STATEMENT, self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // JOB_COLUMNS),
         )
         """Job rows one statement upserts at most (``_write_job_rows``): within the library's variable limit."""
+        with suppress(OSError):  # the writer and the readers keep it open: the file SQLite maps
+            self._shm_fd = os.open(self.path.with_name(self.path.name + "-shm"), os.O_RDONLY)
         self._idle = list(self._readers)
         """Reader connections no read holds now."""
         self._idle_changed = threading.Condition(threading.Lock())
@@ -235,6 +268,56 @@ class SqliteStore(SqlStore):
             cur.execute("ROLLBACK")
         if isinstance(error, _FileProblem) and self._verify_journal() is not None:
             self._rescue_journal()
+
+    def checkpoint_journal(self) -> int | None:
+        """Copy the log into the database file when it holds ``CHECKPOINT_FRAMES`` frames not yet copied (a
+        ``PASSIVE`` checkpoint, on the writer's connection under the store's lock, so in order with the commits):
+        the log's frames now in the database file, or None when none was due (or the store is in trouble, closed,
+        or the check failed).
+
+        The group commit calls it after a batch's waiters were woken, so none of them waits for the copy, and the
+        commit that would have crossed ``AUTOCHECKPOINT_FRAMES`` never comes. The file is checked first as a commit
+        checks it: a checkpoint writes the file's first page, which would put back a header overwritten under the
+        store; a problem found here puts the store in trouble as the next commit's check would. A checkpoint that
+        fails is logged and counted: what it did not copy stays in the log, and SQLite's own bound still holds."""
+        with self._lock:
+            if self._trouble is not None or self._fd is None:
+                return None
+            frames = self._journal_frames()
+            if frames is None or frames[0] - frames[1] < CHECKPOINT_FRAMES:
+                return None
+            problem = self._verify()
+            if problem is not None:
+                self._notice(problem)
+                return None
+            began = time.perf_counter()
+            try:
+                row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            except sqlite3.Error as error:
+                self.checkpoint_failures += 1
+                log.warning("checkpoint of the journal of %s failed: %s", self.path, _reason(error))
+                return None
+            self.checkpoints += 1
+            copied = int(row[2]) if row is not None else 0
+            self.long_commits.note(time.perf_counter() - began, f"checkpoint of {copied} frames")
+            return copied
+
+    def _journal_frames(self) -> tuple[int, int] | None:
+        """(the log's frames, those already copied into the database file) from its index's header, read as
+        SQLite's writer left it (the store's lock held: no commit of ours runs); None when it cannot be read or
+        its two copies differ."""
+        if self._shm_fd is None:
+            return None
+        try:
+            head = os.pread(self._shm_fd, 2 * WAL_INDEX_HEADER + 4, 0)
+        except OSError:
+            return None
+        if len(head) < 2 * WAL_INDEX_HEADER + 4 or head[:WAL_INDEX_HEADER] != head[WAL_INDEX_HEADER:-4]:
+            return None
+        version, last = struct.unpack_from("=I", head, 0)[0], struct.unpack_from("=I", head, 16)[0]
+        if version != WAL_INDEX_VERSION or head[12] != 1:  # isInit
+            return None
+        return last, struct.unpack_from("=I", head, 2 * WAL_INDEX_HEADER)[0]
 
     def put_jobs(self, records: Sequence[JobRecord]) -> None:
         """``SqlStore.put_jobs``'s transaction written straight, without the two generator context managers of
@@ -331,13 +414,17 @@ class SqliteStore(SqlStore):
             if self._trouble is None and self._fd is not None:
                 problem = self._verify()
                 if problem is not None:
-                    self.mark_trouble(problem)
-                    if self._verify_journal() is not None:
-                        self._rescue_journal()
+                    self._notice(problem)
                 else:
                     with suppress(StoreUnavailable):
                         self._rows("SELECT value FROM meta WHERE key = ?", ("schema_version",))
             return self.health()
+
+    def _notice(self, problem: str) -> None:
+        """A file check outside a write found ``problem``: the store in trouble, a journal gone rescued."""
+        self.mark_trouble(problem)
+        if self._verify_journal() is not None:
+            self._rescue_journal()
 
     def close(self) -> None:
         with self._lock, self._idle_changed:
@@ -349,6 +436,9 @@ class SqliteStore(SqlStore):
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            if self._shm_fd is not None:
+                os.close(self._shm_fd)
+                self._shm_fd = None
 
 
 ROWS_PER_STATEMENT = 256
