@@ -166,8 +166,8 @@ class NoLists:
     def configure(self, *arguments: Any) -> None:
         pass
 
-    def rebalance(self) -> None:
-        pass
+    def rebalance(self) -> bool:
+        return False
 
     def add(self, allocation: Allocation) -> None:
         pass

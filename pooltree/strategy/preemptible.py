@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterator, Sequence
+from operator import ge as _ge
 from typing import Protocol
 
 from pooltree.resources import RESOURCE_COUNT, Vector
@@ -29,6 +30,7 @@ from pooltree.strategy.shares import plus_floats as _plus
 from pooltree.strategy.shares import sub_floats as _sub
 
 _INF = math.inf
+_INFINITE_BOUND = (_INF,) * RESOURCE_COUNT
 _WHOLE_AMOUNT = float(2**40)
 """Amounts up to this, whole, and fewer than `_WHOLE_COUNT` of them listed: every sum of them is exact."""
 _WHOLE_COUNT = 2**13
@@ -144,28 +146,44 @@ class PreemptibleLists:
         aggressive_threshold: float,
         threshold: float,
     ) -> None:
-        """Publish a new fair share and thresholds; the caller rebalances afterwards."""
-        self.fair_share = tuple(float(x) for x in fair_share)
-        demand = tuple(float(x) for x in demand_share)
-        self.blocked = tuple(f >= d for f, d in zip(self.fair_share, demand, strict=True))
-        self.total = tuple(float(x) for x in total)
-        self._inverse_total = tuple(1.0 / t if t > 0 else 0.0 for t in self.total)
-        self._all_blocked = all(self.blocked)
+        """Publish a new fair share and thresholds; the caller rebalances afterwards.
+
+        Every operation's fair share moves at each update, so this runs for most operations each period: written
+        with ``map`` and list displays rather than generators, the total's inverse kept while the total is equal
+        and the blocked mask's open resources looked up (`_open_of`); the same fields as the plain rule
+        (`tests/strategy/test_preemptible_configure.py`)."""
+        fair = tuple(map(float, fair_share))
+        demand = tuple(map(float, demand_share))
+        if len(demand) != len(fair):
+            raise ValueError("configure: the fair share and the demand share differ in length")
+        self.fair_share = fair
+        blocked = self.blocked = tuple(map(_ge, fair, demand))
+        totals = tuple(map(float, total))
+        if totals != self.total:  # the inverse is the total's alone (a NaN is never equal: made again)
+            self._inverse_total = tuple([1.0 / t if t > 0 else 0.0 for t in totals])
+        self.total = totals
         self.non_preemptible_threshold = (
-            None if non_preemptible_threshold is None else tuple(float(x) for x in non_preemptible_threshold)
+            None if non_preemptible_threshold is None else tuple(map(float, non_preemptible_threshold))
         )
         self.aggressive_threshold = aggressive_threshold
         self.threshold = threshold
-        fs_is_demand = all(abs(f - d) <= EPSILON for f, d in zip(self.fair_share, demand, strict=True))
-        demand_is_zero = all(d <= EPSILON for d in demand)
-        self.preemptible = not (fs_is_demand and not demand_is_zero)
-        self._open = tuple(r for r, is_blocked in enumerate(self.blocked) if not is_blocked)
+        # preemptible unless the fair share is the demand (within EPSILON) and the demand is not zero
+        preemptible = False
+        for f, d in zip(fair, demand, strict=True):
+            if not abs(f - d) <= EPSILON:  # (a NaN is not within it)
+                preemptible = True
+                break
+        if not preemptible:
+            preemptible = all([d <= EPSILON for d in demand])
+        self.preemptible = preemptible
+        opened = _OPEN_OF.get(blocked)
+        if opened is None:
+            opened = _OPEN_OF[blocked] = _open_of(blocked)
+        self._open, self._all_blocked = opened
         self._open_only = self.non_preemptible_threshold is None and not self._all_blocked
         # the two bounds are fixed until the next configure: compute them once
-        self._aggressive_bound = tuple(f * aggressive_threshold for f in self.fair_share)
-        self._normal = (
-            tuple(f * threshold for f in self.fair_share) if self.preemptible else (_INF,) * RESOURCE_COUNT
-        )
+        self._aggressive_bound = tuple([f * aggressive_threshold for f in fair])
+        self._normal = tuple([f * threshold for f in fair]) if preemptible else _INFINITE_BOUND
 
     def __len__(self) -> int:
         return sum(len(lst) for lst in self._lists)
@@ -404,9 +422,10 @@ class PreemptibleLists:
             moved = True
         return moved
 
-    def rebalance(self) -> None:
-        """Two passes of both boundaries so that large threshold changes propagate. A first pass that moves
-        nothing leaves the lists, usages and bounds it read, so the second would move nothing: it is skipped.
+    def rebalance(self) -> bool:
+        """Two passes of both boundaries so that large threshold changes propagate; whether any allocation moved
+        (none: the lists and their usages are as they were). A first pass that moves nothing leaves the lists,
+        usages and bounds it read, so the second would move nothing: it is skipped.
 
         With exact sums (``_integral``) and the crossing allocation in the less preemptible class (not
         ``inclusive``), the second pass repeats tests the first one ended on, unless the first boundary's balance
@@ -421,11 +440,12 @@ class PreemptibleLists:
         moved = self._balance(0, aggressive_bound, list(self._usage[0]))
         emptied = not lists[1]
         if not self._balance(1, normal_bound, _plus(self._usage[0], self._usage[1])) and not moved:
-            return
+            return False
         if self._integral and not self.inclusive and not (emptied and lists[1]):
-            return
+            return True
         self._balance(0, aggressive_bound, list(self._usage[0]))
         self._balance(1, normal_bound, _plus(self._usage[0], self._usage[1]))
+        return True
 
 
 _STATUSES = (
@@ -437,3 +457,12 @@ _SEARCH_FROM = {
     status: (first, *(i for i in range(3) if i != first)) for first, status in enumerate(_STATUSES)
 }
 """The lists `remove` looks in, its status's own first, then the others in order."""
+
+
+def _open_of(blocked: tuple[bool, ...]) -> tuple[tuple[int, ...], bool]:
+    """A blocked mask's open resources (those not blocked) and whether every resource is blocked."""
+    return tuple(r for r, is_blocked in enumerate(blocked) if not is_blocked), all(blocked)
+
+
+_OPEN_OF: dict[tuple[bool, ...], tuple[tuple[int, ...], bool]] = {}
+"""`_open_of` by mask (at most 2**RESOURCE_COUNT of them), filled as masks are met."""

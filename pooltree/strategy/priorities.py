@@ -108,5 +108,9 @@ def configure_lists(state: StrategyState, element: _Element) -> None:
     elif runtime.lists_settled:
         return
     before = _lists_state(lists)
-    lists.rebalance()
-    runtime.lists_settled = _lists_state(lists) == before
+    # a rebalance that moved nothing left the very state it read (settled); one that moved allocations is
+    # settled when they came back to the same sizes and sums
+    if lists.rebalance():
+        runtime.lists_settled = _lists_state(lists) == before
+    else:
+        runtime.lists_settled = True
