@@ -192,3 +192,47 @@ def test_a_read_verdict_is_kept_per_grouping_and_tree_settings(tmp_path: Path) -
     scheduler.process_heartbeat(parse_heartbeat(big_node), 3.0)  # joins: grouped anew
     assert center._unfit(small) is None
     assert judged == [small.id, small.id]
+
+
+def test_operations_to_fail_groups_the_nodes_once_while_none_moves(tmp_path: Path, monkeypatch: Any) -> None:
+    """The check after each fair-share update (``operations_to_fail``) judges against the kept groups
+    (``SchedulerAlerts.fleet``): no grouping of every node per update while no node joins, leaves or changes, and
+    after a change its verdicts are the per-node walk's."""
+    from pooltree.server.live import alerts as live_alerts
+
+    made: list[NodeFleet] = []
+
+    class Counted(NodeFleet):
+        def __init__(self, nodes: Any) -> None:
+            super().__init__(nodes)
+            made.append(self)
+
+    monkeypatch.setattr(live_alerts, "NodeFleet", Counted)
+    scheduler = two_trees(tmp_path, safe_online_node_count=1)
+    scheduler.alert_center.settings = AlertSettings(
+        safe_online_node_count=1, unschedulable_operation_timeout=0.0
+    )
+    beat = {"node_address": "n0", "resource_limits": {"user_slots": 4, "cpu": 4, "memory": 8 * GIB}}
+    scheduler.process_heartbeat(parse_heartbeat(beat), 0.5)
+    operations = [
+        scheduler.start_operation(
+            "vanilla", {"tasks": {"main": {"command": "true", "job_count": 1, "cpu_limit": cpu}}}, "u", 1.0
+        )
+        for cpu in (2, 8)
+    ]
+
+    def failing(now: float) -> set[str]:
+        return {operation_id for operation_id, _ in scheduler.alert_center.operations_to_fail(now, "default")}
+
+    def expected() -> set[str]:
+        return {
+            op.id for op in operations if op.state != "pending" and per_node_unfit(scheduler, op) is not None
+        }
+
+    assert failing(2.0) == expected() == {operations[1].id}
+    assert failing(3.0) == expected()
+    assert len(made) == 1  # one grouping for both checks
+    bigger = {"node_address": "n0", "resource_limits": {"user_slots": 4, "cpu": 16, "memory": 8 * GIB}}
+    scheduler.process_heartbeat(parse_heartbeat(bigger), 4.0)  # the node grew: grouped anew
+    assert failing(5.0) == expected() == set()
+    assert len(made) == 2

@@ -413,7 +413,7 @@ class SchedulerAlerts:
         """Operations of ``tree`` no node has fit for ``unschedulable_operation_timeout``: (id, the error to fail
         them with). Called after each fair-share update of ``tree``."""
         failing: list[tuple[str, dict[str, Any]]] = []
-        fleet = NodeFleet(self.scheduler.nodes.values())  # once for every operation, not once per operation
+        fleet = self.fleet()  # once for every operation, and kept while no node moves (`fleet_revision`)
         verdicts: dict[Hashable, dict[str, Any] | None] = {}  # operations of one spec judged once
         for op in list(self.scheduler.operations.values()):
             if tree not in op.trees:
