@@ -52,7 +52,7 @@ mixed run then also reports the front's CPU (``front_cpu_per_second``, ``front_c
 to the scheduler, answering what its replica can); each mixed run then reports the read process's CPU as the
 front's (``front_cpu_per_second``, ``front_cpu_ms_per_request``), and ``read_feed`` what the feed cost the
 scheduler in the 50-client run (``/metrics``' ``pooltree_read_feed_*``: ticks and templates made per second, CPU ms
-per template and per tick, its share of a core); without it the scheduler serves its port itself
+per template, per tick and to send a tick, its share of a core); without it the scheduler serves its port itself
 (``POOLTREE_READ_PROCESS=0`` for the child processes, whatever the option's default).
 
 Usage: .venv/bin/python bench/live_queue.py [--operations 10000] [--clients 8] [--mode both|queue|mixed]
@@ -548,8 +548,11 @@ def feed_figures(before: dict[str, float], after: dict[str, float], seconds: flo
         "per_second": {name: round(value / seconds, 2) for name, value in delta.items()},
         "make_ms_per_template": round(1000 * delta.get("make_cpu_seconds", 0.0) / made, 4) if made else None,
         "tick_ms_per_tick": round(1000 * delta.get("tick_cpu_seconds", 0.0) / ticks, 4) if ticks else None,
+        "send_ms_per_tick": round(1000 * delta.get("send_cpu_seconds", 0.0) / ticks, 4) if ticks else None,
         "cpu_share": round(
-            (delta.get("make_cpu_seconds", 0.0) + delta.get("tick_cpu_seconds", 0.0)) / seconds, 4
+            sum(delta.get(name, 0.0) for name in ("make_cpu_seconds", "tick_cpu_seconds", "send_cpu_seconds"))
+            / seconds,
+            4,
         ),
     }
 

@@ -140,6 +140,8 @@ class FeedCounts:
     """Seconds of the scheduler's CPU (its thread's) spent building them and their messages."""
     tick_cpu: float = 0.0
     """Seconds of the scheduler's CPU spent in ticks (the feed's task's and the stamps'), templates apart."""
+    send_cpu: float = 0.0
+    """Seconds of the scheduler's CPU spent sending the ticks (``ReadProcess.send``: the frame pickled, written)."""
 
 
 class ReadFeed:
@@ -282,7 +284,7 @@ class ReadFeed:
                 with self._ticking:
                     batch = self._tick(made)
                     if batch:
-                        send(batch)
+                        self._sent_by(send, batch)
                 forecasts = self.commands.forecasts
                 if self._sent and forecasts is not None:
                     # the replica answers gets the scheduler no longer sees: a read keeps the forecast's
@@ -290,6 +292,14 @@ class ReadFeed:
                     forecasts.read()
             except Exception:  # a tick that failed sends nothing: the replica stays behind, answers relay
                 log.exception("read feed: a tick failed")
+
+    def _sent_by(self, send: Callable[[Any], None], batch: list[dict[str, Any]]) -> None:
+        """``batch`` sent (its frame pickled and written, or queued for the writer), its CPU counted."""
+        began = time.thread_time()
+        try:
+            send(batch)
+        finally:
+            self.counts.send_cpu += time.thread_time() - began
 
     def ticking(self) -> threading.Lock:
         """The lock a tick holds until its messages are sent (a caller that ticks itself takes it too)."""
@@ -374,7 +384,7 @@ class ReadFeed:
             try:
                 batch = self.tick(templates=False)
                 if batch:
-                    send(batch)
+                    self._sent_by(send, batch)
                 return self._counter
             except Exception:
                 log.exception("read feed: a stamp's tick failed")

@@ -7,7 +7,8 @@ process that dies now and then stays visible). ``GET /metrics`` shows ``pooltree
 ``pooltree_read_process_restarts_total``, ``pooltree_read_process_up`` (1 while a read process serves the port)
 and ``pooltree_read_process_requests_total{answered_by="scheduler|replica"}`` (requests the read processes relayed
 or answered from their replica, as far as their counts reached the scheduler); ``pooltree_read_feed_*_total`` what the
-feed cost the scheduler (ticks, templates made and sent, and the CPU seconds of each: ``FEED_COUNTERS``).
+feed cost the scheduler (ticks, templates' maps made and sent, and the CPU seconds of making, ticking and sending:
+``FEED_COUNTERS``).
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ FEED_COUNTERS = (
         "pooltree_read_feed_tick_cpu_seconds",
         "The scheduler's CPU seconds in ticks, templates apart",
     ),
+    ("send_cpu", "pooltree_read_feed_send_cpu_seconds", "The scheduler's CPU seconds sending the ticks"),
 )
 """``FeedCounts`` fields shown in ``/metrics`` (what the feed costs the scheduler, per unit: ``bench/live_queue``)."""
 

@@ -75,4 +75,5 @@ def test_the_read_process_answers_pending_gets_from_its_replica(procs: Procs) ->
     assert metric(url, "pooltree_read_feed_templates_made_total") >= len(ids) + 1
     assert metric(url, "pooltree_read_feed_make_cpu_seconds_total") > 0
     assert metric(url, "pooltree_read_feed_ticks_total") > 0
+    assert metric(url, "pooltree_read_feed_send_cpu_seconds_total") > 0
     assert process.poll() is None
