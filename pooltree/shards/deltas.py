@@ -163,6 +163,9 @@ class NoLists:
     def usage(self, index: int) -> list[float]:
         return []
 
+    def state(self) -> tuple[float, ...]:
+        return (0, 0, 0)
+
     def configure(self, *arguments: Any) -> None:
         pass
 

@@ -202,6 +202,12 @@ class PreemptibleLists:
     def usage(self, index: int) -> list[float]:
         return list(self._usage[index])
 
+    def state(self) -> tuple[float, ...]:
+        """The three sizes and usages in one flat tuple: equal states are equal tuples (the lists are consecutive
+        segments of one start order, so equal sizes are the same split; with equal sums, the same state)."""
+        lists, usage = self._lists, self._usage
+        return (len(lists[0]), len(lists[1]), len(lists[2]), *usage[0], *usage[1], *usage[2])
+
     def status(self, allocation: Allocation) -> PreemptionStatus:
         """A listed allocation's class, read from the boundaries alone (as `ClassBoundaries.status`): its start
         order against the heads of the AggressivelyPreemptible and Preemptible lists."""

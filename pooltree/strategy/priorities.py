@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pooltree.strategy.elements import StarvationState, _Element, _lists_state
+from pooltree.strategy.elements import StarvationState, _Element
 from pooltree.strategy.model import PRIORITY_OF_RANK, STARVATION_RANK, PreemptionPriority, SchedulingStatus
 from pooltree.strategy.state import StrategyState
 
@@ -107,10 +107,10 @@ def configure_lists(state: StrategyState, element: _Element) -> None:
         runtime.lists_settled = False
     elif runtime.lists_settled:
         return
-    before = _lists_state(lists)
+    before = lists.state()
     # a rebalance that moved nothing left the very state it read (settled); one that moved allocations is
     # settled when they came back to the same sizes and sums
     if lists.rebalance():
-        runtime.lists_settled = _lists_state(lists) == before
+        runtime.lists_settled = lists.state() == before
     else:
         runtime.lists_settled = True

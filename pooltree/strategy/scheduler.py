@@ -489,11 +489,7 @@ class TreeScheduler:
                 element.spec.preemption_mode,
                 config.allocation_preemption_timeout,
                 config.allocation_graceful_preemption_timeout,
-                (
-                    self.segments.operation_view(element_id),
-                    self.gpu_policy.operation_view(element_id),
-                    self.ssd.operation_view(element_id),
-                ),
+                self._policy_views(element_id),
             )
         lowest, lowest_aggressive = lowest_starving_ancestors(element)
         return ElementFields(
@@ -509,6 +505,18 @@ class TreeScheduler:
             element.fair_share,
             element.blocked,
             operation,
+        )
+
+    def _policy_views(self, element_id: str) -> tuple[dict[str, Any], ...]:
+        """An operation's fields of the segments, GPU planning and SSD policies; none while all three are off
+        (each view is then empty: nothing to overlay, and no three maps made per operation a capture)."""
+        segments, gpu_policy, ssd = self.segments, self.gpu_policy, self.ssd
+        if not (segments.config.enabled or gpu_policy.config.planning or ssd.config.enable):
+            return ()
+        return (
+            segments.operation_view(element_id),
+            gpu_policy.operation_view(element_id),
+            ssd.operation_view(element_id),
         )
 
     def starvation_status(self, element_id: str) -> StarvationStatus:

@@ -327,3 +327,19 @@ def test_an_update_in_parts_classifies_before_any_heartbeat_schedules() -> None:
     for address in ("n2", "n3"):
         core.process_heartbeat(NodeHeartbeat(address, _limits(), NODES[address]), 0.2)
     assert _cpu(core, "protected_op") == 4
+
+
+def test_an_operations_fields_carry_no_policy_maps_while_the_policies_are_off() -> None:
+    """The read snapshot's capture takes every operation's strategy fields under the lock: with the segments, GPU
+    planning and SSD policies all off it makes none of their (empty) maps, and the view is the same; with SSD on
+    the operation's SSD field is there."""
+    for enable in (False, True):
+        core = _core(enable)
+        _start(core, "op", 2)
+        _round(core, 0.0)
+        fields = core.strategy.element_fields("op")
+        assert fields.operation is not None
+        assert len(fields.operation.policies) == (3 if enable else 0)
+        view = core.operation_view("op")
+        assert ("are_regular_jobs_on_ssd_nodes_allowed" in view) is enable
+        assert view["running_allocation_count"] == 2
