@@ -9,8 +9,10 @@ shares by `_spec`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import MISSING
 from dataclasses import fields as dataclass_fields
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -143,9 +145,26 @@ def operation_aggressive_preemption_allowed(pool_tree: RuntimeTree, spec: Any) -
     """YTsaurus ``IsAggressivePreemptionAllowed`` of an operation (its orchid's ``aggressive_preemption_allowed``):
     a gang operation is not aggressively preemptible unless the tree allows it
     (``allow_aggressive_preemption_for_gang_operations``, default true); otherwise None, it inherits."""
-    is_gang = bool(_option(spec, "is_gang", False))
-    gang_aggressive = bool(pool_tree.config.allow_aggressive_preemption_for_gang_operations)
-    return False if is_gang and not gang_aggressive else None
+    return _aggressive_preemption_allowed(
+        spec, bool(pool_tree.config.allow_aggressive_preemption_for_gang_operations)
+    )
+
+
+def aggressive_preemption_rule(pool_tree: RuntimeTree) -> Callable[[Any], bool | None]:
+    """`operation_aggressive_preemption_allowed` for many operations of one tree (the read snapshot's capture, under
+    the scheduling lock): the tree's option read once, and while the tree allows gang operations' aggressive
+    preemption (the default) every answer is None, with no spec read."""
+    if pool_tree.config.allow_aggressive_preemption_for_gang_operations:
+        return _inherits
+    return partial(_aggressive_preemption_allowed, gang_aggressive=False)
+
+
+def _aggressive_preemption_allowed(spec: Any, gang_aggressive: bool) -> bool | None:
+    return False if not gang_aggressive and bool(_option(spec, "is_gang", False)) else None
+
+
+def _inherits(spec: Any) -> None:
+    return None
 
 
 # CPython (3.11+) keeps an instance's attributes inline only while the class's shared key table knows their

@@ -17,7 +17,7 @@ from pooltree.fairshare.model import FairShareResult
 from pooltree.fairshare.results import element_kinds
 from pooltree.orchid import ViewParts, assemble_tree_view, operation_pool, pool_entry, view_parts
 from pooltree.server.live.model import LiveOperation
-from pooltree.strategy.build_static import operation_aggressive_preemption_allowed
+from pooltree.strategy.build_static import aggressive_preemption_rule
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.element_fields import ElementFields, fields_view
 
@@ -145,6 +145,7 @@ def capture_view(core: SchedulerCore, previous: ViewParts | None = None) -> View
     strategy_elements = strategy.state.elements  # element_fields refuses any other (pending operations)
     registered_operations = tree.operations
     controllers = core.controllers
+    aggressive_preemption_allowed = aggressive_preemption_rule(tree)
     kinds = [*element_kinds(result.elements), *((operation_id, True) for operation_id in unpublished)]
     for element_id, is_operation in kinds:  # the update's element results are made off the lock (``view``)
         if element_id not in strategy_elements:
@@ -161,7 +162,7 @@ def capture_view(core: SchedulerCore, previous: ViewParts | None = None) -> View
         extras[element_id] = ElementCapture(
             fields,
             True,
-            _UNSET if registered is None else operation_aggressive_preemption_allowed(tree, registered.spec),
+            _UNSET if registered is None else aggressive_preemption_allowed(registered.spec),
             None if controller is None else controller.progress(),
         )
     return ViewCapture(
