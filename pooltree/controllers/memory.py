@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, KeysView, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -515,6 +515,11 @@ class TaskMemoryReserve:
         if cookie is not None and cookie in self._restarts:
             return self._make_reserve(cookie).memory_demand
         return self._new_job_factors()[2]
+
+    def restart_cookies(self) -> KeysView[Hashable]:
+        """The cookies with a dedicated restart reserve: the only ones whose ``memory_demand(cookie)`` differs from
+        ``memory_demand()``."""
+        return self._restarts.keys()
 
     def reserve_for_restart(self, cookie: Hashable) -> RestartReserve | None:
         """The dedicated reserve the re-run of ``cookie`` gets after an overdraft abort, if any."""

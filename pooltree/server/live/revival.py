@@ -115,18 +115,19 @@ class LiveRevival:
         # completed jobs first: a job whose speculative competitor completed is never run again, and a loser the
         # store still has running is not re-attached in the winner's place
         job_records = sorted(scheduler.store.list_jobs(record.id), key=lambda r: r.state != "completed")
-        for job_record in job_records:
-            job = LiveJob.from_record(job_record)
-            if job.state == "completed":
-                controller.mark_completed(job.task_name, job.job_index)
-            elif job.state == "running":
-                if controller.reserve(job.address, job.task_name, job.job_index, job.id, job.start_time):
-                    scheduler.jobs[job.id] = job
-                    scheduler.reservations.add(job.address, op.id)
-                    scheduler.expected_nodes.setdefault(job.address, now)
-                else:
-                    scheduler.heartbeats.mark_lost(job, now)  # op is not in scheduler.operations yet
-            op.add_job(job)  # in its state after the above (running_job_count)
+        with controller.reviving():  # one pass over the pending queues, one refresh
+            for job_record in job_records:
+                job = LiveJob.from_record(job_record)
+                if job.state == "completed":
+                    controller.mark_completed(job.task_name, job.job_index)
+                elif job.state == "running":
+                    if controller.reserve(job.address, job.task_name, job.job_index, job.id, job.start_time):
+                        scheduler.jobs[job.id] = job
+                        scheduler.reservations.add(job.address, op.id)
+                        scheduler.expected_nodes.setdefault(job.address, now)
+                    else:
+                        scheduler.heartbeats.mark_lost(job, now)  # op is not in scheduler.operations yet
+                op.add_job(job)  # in its state after the above (running_job_count)
         scheduler.commands.attach(op)
         scheduler.tentative.attach(op, [t for t in op.trees if (per_tree.get(t) or {}).get("tentative")])
         scheduler.operations[op.id] = op
