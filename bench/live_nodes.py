@@ -129,6 +129,9 @@ class SimNode:
         self.random = random.Random(address)
         self.running: dict[str, dict[str, Any]] = {}
         """job id → its start entry plus ``finish_at``."""
+        self.jobs_log: list[tuple[str, str, float, str, int]] | None = None
+        """When set (``bench/live_restart.py``): every job's events as (event, job id, time, operation id, job
+        index), event ``start``, ``completed``, ``aborted`` or ``acknowledged``."""
         self.finished: dict[str, dict[str, Any]] = {}
         self.sequence = 0
         self._view: tuple[list[dict[str, Any]], dict[str, float], float] | None = None
@@ -144,6 +147,7 @@ class SimNode:
                     self.finished[job_id] = wire.finished_job(
                         job_id, job["operation_id"], job["task_name"], "completed", job["start_time"], now
                     )
+                    self._log("completed", job_id, now, job)
         self.sequence += 1
         if self._view is None:
             usage: dict[str, float] = {}
@@ -180,7 +184,8 @@ class SimNode:
     def apply(self, response: dict[str, Any], now: float) -> int:
         """Apply an answer; returns how many jobs it started."""
         for job_id in response.get(wire.ACKNOWLEDGE, ()):
-            self.finished.pop(job_id, None)
+            if self.finished.pop(job_id, None) is not None:
+                self._log("acknowledged", job_id, now, None)
         stops = [entry[0] for entry in response.get(wire.PREEMPT, ())]
         stops += [
             entry["job_id"] if isinstance(entry, dict) else entry for entry in response.get(wire.ABORT, ())
@@ -192,6 +197,7 @@ class SimNode:
                 self.finished[job_id] = wire.finished_job(
                     job_id, job["operation_id"], job["task_name"], "aborted", job["start_time"], now
                 )
+                self._log("aborted", job_id, now, job)
         started = 0
         for spec in response.get(wire.START, ()):
             if spec["job_id"] in self.running or spec["job_id"] in self.finished:
@@ -204,9 +210,16 @@ class SimNode:
                 "start_time": now,
                 "finish_at": now
                 + self.job_seconds * (1.0 + self.job_jitter * (2.0 * self.random.random() - 1.0)),
+                "job_index": int(spec.get("job_index", -1)),
             }
+            self._log("start", spec["job_id"], now, self.running[spec["job_id"]])
             started += 1
         return started
+
+    def _log(self, event: str, job_id: str, now: float, job: dict[str, Any] | None) -> None:
+        if self.jobs_log is not None:
+            operation, index = (job["operation_id"], job["job_index"]) if job is not None else ("", -1)
+            self.jobs_log.append((event, job_id, now, operation, index))
 
 
 # ---------------------------------------------------------------------------------------------- drivers
@@ -225,6 +238,9 @@ def _driver(
     period = options["period"]
     records: list[tuple[float, float, int, int]] = []
     cpu: list[tuple[float, float]] = []
+    jobs_log: list[tuple[str, str, float, str, int]] | None = [] if options.get("log_jobs") else None
+    for node in nodes:
+        node.jobs_log = jobs_log
 
     def head_for(target_port: int) -> bytes:
         return (
@@ -233,8 +249,9 @@ def _driver(
         ).encode()
 
     async def run_node(node: SimNode) -> None:
-        """As the node agent (``node/service.py``): connects at its first heartbeat, keeps its connection, and
-        after a failed heartbeat (recorded with status 0) connects again after the agent's backoff."""
+        """As the node agent (``node/service.py``): connects at its first heartbeat and keeps its connection; a
+        failed heartbeat (recorded with status 0) on its listener or shard goes back to the scheduler's port at
+        once, one on the scheduler's port is tried again after the agent's backoff."""
         target = port
         connection: HttpConnection | None = None
         head = head_for(target)
@@ -256,6 +273,10 @@ def _driver(
                     if connection is not None:
                         connection.close()
                         connection = None
+                    if target != port:  # the listener or shard is gone: back to the scheduler's port
+                        target, head = port, head_for(port)
+                        slot = time.time()
+                        continue
                     failures += 1
                     slot = time.time() + backoff_delay(failures)
                     continue
@@ -292,7 +313,7 @@ def _driver(
         await sampler
 
     run_fast(main())
-    out.put((records, cpu))
+    out.put((records, cpu) if jobs_log is None else (records, cpu, jobs_log))
 
 
 # -------------------------------------------------------------------------------------------- scheduler
