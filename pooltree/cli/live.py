@@ -256,12 +256,13 @@ SHARD_STARTS_OPTION = typer.Option(
     "claiming starts from the scheduler (pooltree.shards: remote.py); with --node-shards 1, one shard process.",
 )
 READ_PROCESS_OPTION = typer.Option(
-    False,
+    True,
     "--read-process/--no-read-process",
     envvar="POOLTREE_READ_PROCESS",
     help="A read process of the scheduler's own owns --port and relays each request to the scheduler (which "
     "serves the port itself if it dies), so reads it can answer never wait for the scheduler's event loop "
-    "(pooltree/reads; docs/live-cluster.md).",
+    "(pooltree/reads; docs/live-cluster.md). On by default; --no-read-process (or POOLTREE_READ_PROCESS=0): the "
+    "scheduler serves --port itself.",
 )
 DEFAULT_TENTATIVE_POOL_TREES_OPTION = typer.Option(
     "",

@@ -56,9 +56,13 @@ def metric(url: str, name: str) -> float | None:
     return None
 
 
-@pytest.mark.parametrize("option", ["--no-read-process", None])
-def test_without_the_option_the_scheduler_serves_its_port_itself(procs: Procs, option: str | None) -> None:
-    process, url = procs.scheduler(procs.root / "data", 0, *([option] if option else []))
+@pytest.mark.parametrize("off", ["option", "environment"])
+def test_turned_off_the_scheduler_serves_its_port_itself(procs: Procs, off: str) -> None:
+    """``--no-read-process`` or ``POOLTREE_READ_PROCESS=0``: no read process (it is on by default since session 37,
+    ``test_replica_process.py``)."""
+    extra = ("--no-read-process",) if off == "option" else ()
+    env = {"POOLTREE_READ_PROCESS": "0"} if off == "environment" else None
+    process, url = procs.scheduler(procs.root / "data", 0, *extra, env=env)
     assert client(url).get("//sys/pool_trees/@default_tree") == "default"
     assert read_processes(process.pid) == []
     assert metric(url, "pooltree_read_process_up") is None

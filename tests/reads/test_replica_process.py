@@ -77,3 +77,16 @@ def test_the_read_process_answers_pending_gets_from_its_replica(procs: Procs) ->
     assert metric(url, "pooltree_read_feed_ticks_total") > 0
     assert metric(url, "pooltree_read_feed_send_cpu_seconds_total") > 0
     assert process.poll() is None
+
+
+def test_the_scheduler_runs_its_read_process_unless_told_not_to(
+    procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pooltree scheduler`` hands its port to a read process by default (session 37: the A/B in
+    ``bench/RESULTS.md``, "The read process's cost to the scheduler, and the default"); ``--no-read-process``
+    serves the port from the scheduler itself. Before, the default was the scheduler's own port."""
+    monkeypatch.delenv("POOLTREE_READ_PROCESS", raising=False)
+    _, url = procs.scheduler(procs.root / "default")
+    assert metric(url, "pooltree_read_process_up") == 1.0
+    _, url = procs.scheduler(procs.root / "off", 0, "--no-read-process")
+    assert metric(url, "pooltree_read_process_up") == 0.0
