@@ -4,7 +4,8 @@ the slow heartbeats (``live/tail.py``, ``GET /internal/heartbeat_tail``).
 Each part that can stall the others keeps its own ring of the stalls at least ``STALL_SECONDS`` long, appended
 where it already measures them (so a stall costs a deque append, everything shorter nothing): the scheduling
 lock's holds (with the function that held it), the group commit's transactions, the store's ``COMMIT`` statements
-(a SQLite checkpoint runs inside the commit that crosses its threshold), garbage collections, fair-share updates.
+and its checkpoints (``SqliteStore.checkpoint_journal``, after a batch; SQLite's own inside the commit that crosses
+its bound), garbage collections, fair-share updates.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ Each heartbeat answered on an event loop (``SchedulerService.heartbeat_answer``)
   update's part, the read snapshot's capture, a command), the loop's wake-up included;
 * ``processing``: its work under the lock (a heartbeat that first publishes a stale tree: that publish and its
   hop to a heartbeat thread too);
-* ``commit``: waiting for its job records' batch to be stored (the group commit's transaction, a SQLite
-  checkpoint inside it, and the batch before it when one was being written);
+* ``commit``: waiting for its job records' batch to be stored (the group commit's transaction, and what ran on
+  the group commit's thread before it: the batch before, the SQLite store's checkpoint after that batch);
 * ``wake``: from that batch's end to the heartbeat's loop running it again;
 * ``answer``: encoding the answer.
 
