@@ -62,7 +62,7 @@ def listener_settings(config: uvicorn.Config) -> uvicorn.Config:
 
 
 OPEN_FILES_CAP = 1 << 20
-"""The soft limit `open_files_for_nodes` sets when the hard limit is unlimited."""
+"""The highest soft limit `open_files_for_nodes` sets (also when the hard limit is unlimited)."""
 
 
 def open_files_for_nodes() -> tuple[int, int]:
@@ -71,7 +71,7 @@ def open_files_for_nodes() -> tuple[int, int]:
     scheduler or node shard holds a descriptor per node: at the soft limit many systems start processes with
     (1,024) the listener could not accept the thousandth node. The hard limit is the administrator's bound."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = OPEN_FILES_CAP if hard == resource.RLIM_INFINITY else hard
+    wanted = OPEN_FILES_CAP if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_CAP)
     if soft != resource.RLIM_INFINITY and soft < wanted:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))

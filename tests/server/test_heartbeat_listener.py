@@ -310,7 +310,8 @@ def test_open_files_are_raised_to_the_hard_limit() -> None:
         "import resource\n"
         "from pooltree.server.heartbeat_listener import open_files_for_nodes\n"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
-        "resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))\n"
+        "low = 256 if hard == resource.RLIM_INFINITY else min(256, hard)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))\n"
         "print(open_files_for_nodes(), resource.getrlimit(resource.RLIMIT_NOFILE), hard)\n"
     )
     out = subprocess.run(
@@ -319,4 +320,5 @@ def test_open_files_are_raised_to_the_hard_limit() -> None:
     values = [int(v) for v in out.stdout.replace("(", " ").replace(")", " ").replace(",", " ").split()]
     (before, after, soft_now, hard_now, hard_was) = values
     expected = min(hard_was, OPEN_FILES_CAP) if hard_was != resource.RLIM_INFINITY else OPEN_FILES_CAP
-    assert before == min(256, hard_was) and after == soft_now == expected and hard_now == hard_was
+    low = 256 if hard_was == resource.RLIM_INFINITY else min(256, hard_was)
+    assert before == low and after == soft_now == expected and hard_now == hard_was
