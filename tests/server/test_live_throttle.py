@@ -18,7 +18,7 @@ import pytest
 from pooltree.node import wire
 from pooltree.node.agent import NodeAgent
 from pooltree.node.executor import JobExecutor
-from pooltree.node.service import NodeLoop
+from pooltree.node.service import HeartbeatClients, NodeLoop
 from pooltree.resources import vector
 from pooltree.server.http_protocol import ARRIVED
 from pooltree.server.live.throttle import HeartbeatThrottle, ThrottleSettings
@@ -228,8 +228,9 @@ def test_node_backs_off_on_a_skipped_scheduling(tmp_path: Path) -> None:
         seen = []
         try:
             async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+                clients = HeartbeatClients(scheduler=client, listener=client)
                 for _ in range(2):
-                    assert await loop.heartbeat_once(client)
+                    assert await loop.heartbeat_once(clients)
                     seen.append((loop.throttled, loop.period, loop.stats.throttled))
         finally:
             await executor.shutdown()
