@@ -195,9 +195,8 @@ class LiveVanillaController(VanillaController):
         state = self._tasks.get(task)
         if state is None:
             return None
-        if (
-            self._revival_index is not None
-        ):  # `reviving`: the first pending job of that index, as the scan finds
+        if self._revival_index is not None:
+            # `reviving`: the first pending job of that index, as the scan below finds it
             jobs = self._revival_index[task].get(index)
             if not jobs:
                 return None
