@@ -520,10 +520,18 @@ def driver_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def start_node_drivers(
-    context: Any, scheduler: Scheduler, args: argparse.Namespace, end: Any, queue: Any, started: list[Any]
+    context: Any,
+    scheduler: Scheduler,
+    args: argparse.Namespace,
+    end: Any,
+    queue: Any,
+    started: list[Any],
+    *,
+    log_jobs: bool = False,
 ) -> None:
     """``args.drivers`` driver processes simulating ``args.nodes`` nodes against ``scheduler``
-    (`live_common.start_drivers`; also ``bench/forecast_live.py``'s)."""
+    (`live_common.start_drivers`; also ``bench/forecast_live.py``'s and ``bench/live_restart.py``'s, which keeps
+    the nodes' job events: ``log_jobs``, each driver's result then ``(records, cpu, job events)``)."""
     addresses = [f"sim-node-{i:05d}" for i in range(args.nodes)]
     start_drivers(
         context,
@@ -532,7 +540,7 @@ def start_node_drivers(
         scheduler.secret,
         addresses,
         args.drivers,
-        driver_options(args),
+        {**driver_options(args), "log_jobs": log_jobs},
         end,
         queue,
         START_TIMEOUT,

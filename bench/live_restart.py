@@ -38,15 +38,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_common import join_processes, machine, quantile_ms, start_drivers
+from live_common import join_processes, machine, quantile_ms
 from live_nodes import (
     REQUEST_TIMEOUT,
     Scheduler,
     _start_operations,
     add_driver_arguments,
-    driver_options,
+    start_node_drivers,
 )
-from live_nodes import _driver as node_driver
 
 RECOVERED_SHARE = 0.95
 """A second counts as recovered when its answered heartbeats reach this share of the offered rate."""
@@ -151,32 +150,17 @@ def jobs_run_twice(events: list[JobEvent], killed: float) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     offered = args.nodes / args.period
-    shard_args = ("--node-shards", str(args.shards)) if args.shards > 1 else ()
     with tempfile.TemporaryDirectory(prefix="pooltree-live-restart-") as tmp:
         data, port = Path(tmp), free_port()
-        extra = ("--port", str(port), *shard_args)
-        scheduler = Scheduler(data, args.period, extra=extra)
+        extra = ("--port", str(port))
+        scheduler = Scheduler(data, args.period, extra=extra, shards=args.shards)
         context = mp.get_context("spawn")
         end = context.Value("d", float("inf"))
         queue: Any = context.Queue()
         drivers: list[Any] = []
         restarted: Scheduler | None = None
         try:
-            options = {**driver_options(args), "log_jobs": True}
-            addresses = [f"sim-node-{i:05d}" for i in range(args.nodes)]
-            start_drivers(
-                context,
-                node_driver,
-                scheduler.url,
-                scheduler.secret,
-                addresses,
-                args.drivers,
-                options,
-                end,
-                queue,
-                120.0,
-                drivers,
-            )
+            start_node_drivers(context, scheduler, args, end, queue, drivers, log_jobs=True)
             time.sleep(2 * args.period + 1.0)  # every node registered by its first heartbeats
             _start_operations(scheduler.url, scheduler.token, args.operations, args.jobs)
             time.sleep(args.warmup_seconds)
@@ -187,7 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             scheduler.process.send_signal(signal.SIGKILL)
             scheduler.process.wait(30)
             scheduler.close()
-            restarted = Scheduler(data, args.period, extra=extra)
+            restarted = Scheduler(data, args.period, extra=extra, shards=args.shards)
             listening = time.time() - killed
             cpu_marks = [(time.time(), restarted.cpu_seconds())]
             while time.time() < killed + args.after_seconds:
