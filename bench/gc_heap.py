@@ -8,16 +8,15 @@ operation, a fair-share update every simulated second) plus what the service's l
 snapshot published once a simulated second when something changed, and ``--starts`` operations started per
 simulated second into the queue (``bench/live_queue.py``'s mixed phase starts ~130 a second). The process's
 collector runs under the service's policy (``pooltree.server.gc_tuning.GC``: settled after set-up, then the
-survivors of every collection frozen, with ``POOLTREE_GC_TUNING=middle`` those of each middle and full one, with
-``full`` those of each full one at the next tick, ticks every 50 simulated ms); ``POOLTREE_GC_TUNING=0`` runs it
-without.
+survivors of each middle and full collection frozen, or with ``POOLTREE_GC_TUNING=full`` those of each full one at
+the next tick, ticks every 50 simulated ms); ``POOLTREE_GC_TUNING=0`` runs it without.
 
 Reported over ``--seconds`` simulated seconds after ``--warmup-seconds``: per generation the collections, their
 total and longest pause (ms) and the objects they walked (with ``--count-walked``: their generations' sizes at the
 start, counted outside the pause); the collector's share of the process's CPU; CPU per simulated second; the
 policy's freezes; at the end, the objects frozen and how many of them a collection after ``gc.unfreeze()`` finds
 unreachable (``frozen_garbage``: reference cycles the policy froze and would never have collected; 0 is what the
-policy needs). Every figure is the same workload's, so two builds (or ``POOLTREE_GC_TUNING=1``, ``middle`` and ``full``)
+policy needs). Every figure is the same workload's, so two builds (or ``POOLTREE_GC_TUNING=1`` and ``full``)
 compare on what the heap and the policy make the collector walk.
 
 Usage: .venv/bin/python bench/gc_heap.py [--nodes 1000] [--operations 200] [--jobs 200] [--pending 3000]
@@ -198,11 +197,7 @@ def main() -> None:
             "collector_share_of_cpu": round(paused / cpu, 4) if cpu else None,
             "cpu_ms_per_simulated_second": round(1000 * cpu / args.seconds, 1),
             "wall_seconds": round(wall, 2),
-            "policy_freezes": {
-                "all": POLICY.freezes,
-                "at_middle_collections": POLICY.middle_freezes,
-                "at_young_collections": POLICY.young_freezes,
-            },
+            "policy_freezes": {"all": POLICY.freezes, "at_middle_collections": POLICY.middle_freezes},
         }
         report |= _frozen_garbage()
         GC.uninstall()

@@ -9,17 +9,15 @@ simulator and ``pooltree fair-share`` (``pooltree.gc_policy``); the service appl
   (everything alive then moves to the permanent generation, which no collection walks) and short-walk thresholds
   (``THRESHOLDS``): a middle-generation collection walks at most ~1000 x (5 + 1) objects and, with the survivors
   of each full collection frozen, a full one at most ~3 times that (it comes every 3rd middle one);
-* at the end of every collection (``pooltree.gc_policy``'s ``young``): freeze the survivors too. The collection
-  has just removed the garbage among what it walked, so what is frozen is alive; each object is walked once, in
-  the young generation, and no middle or full collection runs (``POOLTREE_GC_TUNING=middle``: every middle and full
-  collection's survivors, sessions 31-36's policy, whose middle collections walked again what the young ones had
-  walked; ``full``: only the survivors of each full collection, at the service loop's next ``tick``, the policy
-  before session 31: a full collection then walked everything promoted since the last, about once a second at
-  1,000 nodes).
+* at the end of every middle and full collection (``pooltree.gc_policy``'s ``middle``): freeze the survivors too.
+  The collection has just removed the garbage among what it walked, so what is frozen is alive; the old
+  generation stays empty and a full collection walks no more than a middle one (``POOLTREE_GC_TUNING=full``: only
+  the survivors of each full collection, at the service loop's next ``tick``, the policy before session 31: a
+  full collection then walked everything promoted since the last, about once a second at 1,000 nodes).
 
 The price: a reference cycle among frozen objects that later becomes garbage is never collected (objects freed
-by reference counting, i.e. nearly all, are freed as before): with ``young``, any cycle that outlives its first
-young collection (``middle``: its first middle collection) (``bench/gc_heap.py``'s ``frozen_garbage`` measures what such cycles would keep).
+by reference counting, i.e. nearly all, are freed as before): with ``middle``, any cycle that outlives its first
+middle collection (``bench/gc_heap.py``'s ``frozen_garbage`` measures what such cycles would keep).
 ``POOLTREE_GC_TUNING=0`` in the environment turns the tuning off (for comparisons, see bench/live_queue.py); the
 pauses are measured either way and exported in ``GET /metrics`` as ``pooltree_gc_pause_seconds`` /
 ``pooltree_gc_pause_max_seconds`` by generation and ``pooltree_gc_frozen_objects``.
@@ -75,9 +73,7 @@ class GcTuning:
         """Collections of at least ``STALL_SECONDS`` (``live/tail.py``), by generation."""
         self.tuned = False
         self.middle = False
-        """Whether the held policy freezes each middle collection's survivors (``POOLTREE_GC_TUNING=middle``)."""
-        self.young = False
-        """Whether it freezes every collection's survivors (``POOLTREE_GC_TUNING=1``)."""
+        """Whether the held policy freezes each middle collection's survivors (``POOLTREE_GC_TUNING=1``)."""
         self._began: float | None = None
         self._began_cpu = 0.0
         """The collecting thread's CPU clock at the collection's start (only while ``heartbeat_trace.py`` is on)."""
@@ -131,10 +127,9 @@ class GcTuning:
             gc.callbacks.remove(self._callback)
         if self.tuned:
             # the last holder unfreezes and restores the thresholds
-            POLICY.release(at_collection=False, middle=self.middle, young=self.young)
+            POLICY.release(at_collection=False, middle=self.middle)
             self.tuned = False
             self.middle = False
-            self.young = False
             self._frozen = None
 
     # ------------------------------------------------------------------ tuning
@@ -143,9 +138,8 @@ class GcTuning:
         """After revival and start-up: hold the policy (short-walk thresholds, survivors of each full collection
         frozen at the next ``tick``), one full collection, freeze what survives."""
         if not self.tuned:
-            mode = tuning_mode()
-            self.middle, self.young = mode == "middle", mode == "1"
-            POLICY.acquire(at_collection=False, middle=self.middle, young=self.young)
+            self.middle = tuning_mode() == "1"
+            POLICY.acquire(at_collection=False, middle=self.middle)
             self.tuned = True
         self._settling = True  # start-up's own collection is not a pause anyone waits for: not counted
         try:

@@ -108,36 +108,12 @@ def test_frozen_objects_are_counted_at_most_once_per_period(monkeypatch: pytest.
     assert len(counts) == 2
 
 
-def test_young_collections_freeze_their_survivors_at_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """POOLTREE_GC_TUNING=1 (the default): a young collection's survivors are frozen at its end, so no middle
-    collection walks them again (sessions 31-36's policy, ``middle``, left them to the next middle collection)."""
-    monkeypatch.delenv("POOLTREE_GC_TUNING", raising=False)
-    service = _service(tmp_path, tune_gc=True)
-
-    async def scenario() -> None:
-        await service.start()
-        try:
-            assert gc.get_threshold() == THRESHOLDS
-            frozen = gc.get_freeze_count()
-            kept = [[index] for index in range(5_000)]
-            gc.collect(0)
-            assert gc.get_freeze_count() >= frozen + len(kept)
-            assert gc.get_objects(generation=1) == [] and gc.get_objects(generation=2) == []
-        finally:
-            await service.stop()
-
-    asyncio.run(scenario())
-    assert gc.get_freeze_count() == 0
-
-
 def test_middle_collections_freeze_their_survivors_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """POOLTREE_GC_TUNING=middle: a middle collection's survivors are frozen at its end (no full collection walks
-    them), a young one's are not; the older policy (``full``) left them to the next full collection."""
-    monkeypatch.setenv("POOLTREE_GC_TUNING", "middle")
+    """POOLTREE_GC_TUNING=1: a middle collection's survivors are frozen at its end (no full collection walks
+    them); the old policy (``full``) left them to the next full collection."""
+    monkeypatch.setenv("POOLTREE_GC_TUNING", "1")
     thresholds = gc.get_threshold()
     service = _service(tmp_path, tune_gc=True)
 
@@ -146,8 +122,6 @@ def test_middle_collections_freeze_their_survivors_at_once(
         try:
             frozen = gc.get_freeze_count()
             kept = [[index] for index in range(5_000)]
-            gc.collect(0)
-            assert gc.get_freeze_count() < frozen + len(kept)
             gc.collect(1)
             assert gc.get_freeze_count() >= frozen + len(kept)
             # the old generation is empty: a full walk is a short one
@@ -191,20 +165,19 @@ def test_full_mode_freezes_only_full_collections_survivors(
 def test_environment_modes_are_checked() -> None:
     assert tuning_mode({}) == "1"
     assert tuning_mode({"POOLTREE_GC_TUNING": "full"}) == "full"
-    assert tuning_mode({"POOLTREE_GC_TUNING": "middle"}) == "middle"
     assert tuning_enabled({"POOLTREE_GC_TUNING": "full"}) is True
-    with pytest.raises(ConfigError, match="0, 1, middle or full"):
-        tuning_mode({"POOLTREE_GC_TUNING": "young"})
+    with pytest.raises(ConfigError, match="0, 1 or full"):
+        tuning_mode({"POOLTREE_GC_TUNING": "middle"})
 
 
 def test_the_live_paths_leave_no_cycles_for_the_policy_to_freeze(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The price of freezing each collection's survivors is that a reference cycle which outlives its first young
-    collection is never collected. Heartbeats, starts, fair-share updates, publications and API reads over real
-    HTTP (an operation read, a listing, the orchid, a page, a read of an unknown operation: an error's path), each
-    followed by a young collection that freezes what lives, leave none: everything unfrozen, a full collection
-    finds nothing unreachable."""
+    """The price of freezing each middle collection's survivors is that a reference cycle which outlives its
+    first middle collection is never collected. Heartbeats, starts, fair-share updates, publications and API
+    reads over real HTTP (an operation read, a listing, the orchid, a page, a read of an unknown operation: an
+    error's path), each followed by a middle collection that freezes what lives, leave none: everything unfrozen,
+    a full collection finds nothing unreachable."""
     monkeypatch.setenv("POOLTREE_GC_TUNING", "1")
     now = [1000.0]
     service = published_service(tmp_path, now, authentication=False)
@@ -230,7 +203,7 @@ def test_the_live_paths_leave_no_cycles_for_the_policy_to_freeze(
                     ("/", {}),
                 ):
                     assert http.get(path, params=params).status_code in (200, 400), path
-                gc.collect(0)
+                gc.collect(1)
             assert gc.get_freeze_count() > frozen  # the rounds' survivors were frozen
             gc.collect()
             gc.set_debug(gc.DEBUG_SAVEALL)
