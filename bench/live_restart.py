@@ -12,8 +12,9 @@ heartbeat answered 200), ``answered_again_s`` (the first second from which every
 of the offered heartbeats), ``starting_again_s`` (the first allocation started again); heartbeats that failed
 (``errors``: refused or reset connections, non-200 answers) from the kill on; ``before``/``after``: heartbeats
 answered per second, p50/p99, allocations started per second and the scheduler's CPU in a window of
-``--seconds`` before the kill and in the last ``--seconds`` of the run; ``revival``: the jobs running on the nodes
-at the kill, and how many of them the restarted scheduler aborted (it keeps the jobs its store holds); and the
+``--seconds`` before the kill and in the last ``--seconds`` of the run (``live_nodes``' phase figures);
+``revival``: the jobs running on the nodes at the kill, and how many of them the restarted scheduler aborted (it
+keeps the jobs its store holds); and the
 guarantees over the whole run (``jobs_run_twice``: a job index of an operation started again after it completed, or
 while another start of it still ran: must be 0), from every node's job events.
 
@@ -38,10 +39,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_common import join_processes, machine, quantile_ms
+from live_common import join_processes, machine
 from live_nodes import (
     REQUEST_TIMEOUT,
     Scheduler,
+    _phase,
     _start_operations,
     add_driver_arguments,
     start_node_drivers,
@@ -58,24 +60,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def window_figures(
-    records: list[Record], cpu: float, begin: float, finish: float, offered: float
-) -> dict[str, Any]:
-    """Heartbeats answered (by answer time) and their latencies (by send time) inside [begin, finish)."""
-    seconds = finish - begin
-    answered = [r for r in records if begin <= r[1] < finish and r[2] == 200]
-    latencies = [r[1] - r[0] for r in records if begin <= r[0] < finish and r[2] == 200]
-    return {
-        "seconds": round(seconds, 2),
-        "offered_heartbeats_per_second": round(offered, 1),
-        "answered_heartbeats_per_second": round(len(answered) / seconds, 1),
-        "heartbeat_p50_ms": quantile_ms(latencies, 0.5),
-        "heartbeat_p99_ms": quantile_ms(latencies, 0.99),
-        "allocations_started_per_second": round(sum(r[3] for r in answered) / seconds, 1),
-        "scheduler_cpu_share": round(cpu / seconds, 3),
-    }
 
 
 def recovery(records: list[Record], killed: float, finish: float, offered: float) -> dict[str, Any]:
@@ -187,6 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 restarted.close()
             scheduler.close()
     records = [r for result in results for r in result[0]]
+    drivers_records = [(result[0], result[1]) for result in results]  # `_phase`'s (records, CPU samples)
     events = [e for result in results for e in result[2]]
     last = [(t, c) for t, c in cpu_marks if t >= finish - args.seconds]
     after_cpu = last[-1][1] - last[0][1] if len(last) >= 2 else 0.0
@@ -197,8 +182,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine(),
         "listening_s": round(listening, 2),
         **recovery(records, killed, finish, offered),
-        "before": window_figures(records, before[2], before[0], before[1], offered),
-        "after": window_figures(records, after_cpu, *after_window, offered),
+        "before": _phase("before", drivers_records, before[:2], before[2], args),
+        "after": _phase("after", drivers_records, after_window, after_cpu, args),
         "restarted_cpu_seconds_first_10s": round(
             next((c for t, c in cpu_marks if t >= killed + listening + 10), cpu_marks[-1][1])
             - cpu_marks[0][1],
