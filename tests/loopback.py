@@ -89,3 +89,22 @@ class ServerThread:
         self.server.should_exit = True
         self.thread.join(timeout=20)
         self.socket.close()
+
+
+def read_answer(sock: socket.socket, held: bytearray) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 answer from ``sock``: (status, headers with lower-case names, body). ``held``: bytes already read
+    past the last answer, left holding those read past this one."""
+    while b"\r\n\r\n" not in held:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed before an answer"
+        held += chunk
+    head, _, rest = bytes(held).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed inside an answer"
+        rest += chunk
+    held[:] = rest[length:]
+    return int(lines[0].split()[1]), headers, rest[:length]

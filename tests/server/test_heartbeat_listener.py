@@ -33,6 +33,7 @@ from pooltree.server.store import Store
 sys.path.insert(0, str(Path(__file__).parent))
 from heartbeat_maps import node_heartbeat
 from live_cluster import NODE_SECRET, ROOT_TOKEN, Loop, auth_headers
+from loopback import read_answer
 from polling import wait_for
 
 from pooltree.cli.live import parse_heartbeat_port
@@ -270,20 +271,7 @@ def test_a_node_heartbeats_on_one_connection_at_a_period_past_five_seconds(
             f"Content-Type: {wire.MEDIA_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        held = b""
-        while b"\r\n\r\n" not in held:
-            chunk = sock.recv(65536)
-            assert chunk, "the listener closed the node's connection"
-            held += chunk
-        head, _, rest = held.partition(b"\r\n\r\n")
-        length = int(
-            next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))[15:]
-        )
-        while len(rest) < length:
-            chunk = sock.recv(65536)
-            assert chunk, "the listener closed the node's connection"
-            rest += chunk
-        return int(head.split()[1])
+        return read_answer(sock, bytearray())[0]  # asserts the connection is not closed before its end
 
     async def node() -> list[int]:
         statuses = []

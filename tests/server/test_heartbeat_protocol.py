@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from heartbeat_maps import comparable_answer, reporting_heartbeat
-from loopback import ServerThread
+from loopback import ServerThread, read_answer
 
 from pooltree.node import wire
 from pooltree.server import heartbeat_protocol
@@ -63,24 +63,6 @@ class _Listener:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         await self.service.heartbeat_asgi(scope, receive, send)
-
-
-def _read_answer(sock: socket.socket, held: bytearray) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP answer from ``sock`` (``held``: bytes already read past the last answer)."""
-    while b"\r\n\r\n" not in held:
-        chunk = sock.recv(65536)
-        assert chunk, "connection closed before an answer"
-        held += chunk
-    head, _, rest = bytes(held).partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    length = int(headers.get("content-length", "0"))
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "connection closed inside an answer"
-        rest += chunk
-    held[:] = rest[length:]
-    return int(lines[0].split()[1]), headers, rest[:length]
 
 
 def _head(length: int, extra: str = "") -> bytes:
@@ -179,14 +161,14 @@ async def test_pipelined_split_and_stalled_requests(service: SchedulerService, m
             with _connect(server.url) as sock:
                 held = bytearray()
                 sock.sendall(b"".join(requests))  # three heartbeats in one write: three answers in order
-                got += [comparable_answer(*_read_answer(sock, held)) for _ in requests]
+                got += [comparable_answer(*read_answer(sock, held)) for _ in requests]
                 for cut in (
                     10,
                     len(requests[0]) - 3,
                 ):  # one heartbeat in two writes, cut in its head, its body
                     sock.sendall(requests[0][:cut])
                     sock.sendall(requests[0][cut:])
-                    got.append(comparable_answer(*_read_answer(sock, held)))
+                    got.append(comparable_answer(*read_answer(sock, held)))
                 assert not held
         assert answers["lean"] == answers["plain"]
         assert [answer[0] for answer in answers["lean"]] == [200] * 5
@@ -200,7 +182,7 @@ async def test_pipelined_split_and_stalled_requests(service: SchedulerService, m
                 "the connection handed over",
             )
             sock.sendall(requests[1][-5:])
-            assert comparable_answer(*_read_answer(sock, bytearray())) == answers["plain"][1]
+            assert comparable_answer(*read_answer(sock, bytearray())) == answers["plain"][1]
 
 
 def test_idle_keep_alive_connections_are_closed() -> None:
@@ -215,7 +197,7 @@ def test_idle_keep_alive_connections_are_closed() -> None:
         held = bytearray()
         for _ in range(3):
             sock.sendall(_head(2) + b"{}")
-            status, headers, body = _read_answer(sock, held)
+            status, headers, body = read_answer(sock, held)
             assert (status, body) == (200, b"ok")
             assert "date" in headers and "connection" not in headers
         began = time.monotonic()
@@ -229,6 +211,6 @@ def test_a_crashing_app_gets_a_500_and_the_connection_ends() -> None:
 
     with ServerThread(app, http=HeartbeatProtocol) as server, _connect(server.url) as sock:
         sock.sendall(_head(2) + b"{}")
-        status, headers, body = _read_answer(sock, bytearray())
+        status, headers, body = read_answer(sock, bytearray())
         assert (status, body, headers["connection"]) == (500, b"Internal Server Error", "close")
         assert sock.recv(1) == b""
