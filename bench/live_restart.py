@@ -29,7 +29,6 @@ import itertools
 import json
 import multiprocessing as mp
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # loopback.free_port
 
 from live_common import join_processes, machine
 from live_nodes import (
@@ -48,18 +48,13 @@ from live_nodes import (
     add_driver_arguments,
     start_node_drivers,
 )
+from loopback import free_port
 
 RECOVERED_SHARE = 0.95
 """A second counts as recovered when its answered heartbeats reach this share of the offered rate."""
 
 Record = tuple[float, float, int, int]
 JobEvent = tuple[str, str, float, str, int]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def recovery(records: list[Record], killed: float, finish: float, offered: float) -> dict[str, Any]:
