@@ -28,7 +28,6 @@ import random
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # loopback.free_port
+from loopback import free_port
 
 READY = "listening on "
 PARAMETER_NAMES = [
@@ -457,12 +459,6 @@ def reset_peak(pid: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 MEMORY_CAP = 4 << 30
