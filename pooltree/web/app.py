@@ -654,7 +654,10 @@ def _node_rows(snapshot: ReadSnapshot, last_seen_ago: str) -> list[dict[str, Any
 
 
 def _pool_rows(snapshot: ReadSnapshot, tree: str, read: TreeRead) -> list[dict[str, Any]]:
-    """Pools depth-first (as YTsaurus's Scheduling page lists them), each with its operations below it."""
+    """Pools depth-first (as YTsaurus's Scheduling page lists them), each with its pools and then its operations
+    below it. Walked with a stack, not a recursive closure: a nested function that calls itself holds its own cell,
+    a reference cycle that outlives the call with everything the closure reads (the view's maps and the rows) until
+    a collection finds it, and the collector's policy may freeze it first (``pooltree/gc_policy.py``)."""
     pools = read.view["pools"]
     operations = read.view["operations"]
     children: dict[str | None, list[str]] = {}
@@ -664,8 +667,16 @@ def _pool_rows(snapshot: ReadSnapshot, tree: str, read: TreeRead) -> list[dict[s
     for op_id, op in operations.items():
         op_children.setdefault(op.get("parent") or op.get("pool"), []).append(op_id)
     rows: list[dict[str, Any]] = []
-
-    def visit(name: str, depth: int, parent: str | None) -> None:
+    # (pool, depth, its parent, whether its pools were visited: then its operations are listed)
+    stack: list[tuple[str, int, str | None, bool]] = [
+        (root, 0, None, False)
+        for root in sorted((name for name, pool in pools.items() if pool.get("parent") is None), reverse=True)
+    ]
+    while stack:
+        name, depth, parent, visited = stack.pop()
+        if visited:
+            rows.extend(_operation_rows(snapshot, tree, operations, name, depth, op_children.get(name, [])))
+            continue
         pool = pools[name]
         settings = read.pools.get(name)
         rows.append(
@@ -685,28 +696,39 @@ def _pool_rows(snapshot: ReadSnapshot, tree: str, read: TreeRead) -> list[dict[s
                 "pending": pool.get("pending_operation_count", 0),
             }
         )
-        for child in sorted(children.get(name, [])):
-            visit(child, depth + 1, name)
-        for op_id in sorted(op_children.get(name, [])):
-            op = operations[op_id]
-            live = snapshot.operation(op_id)
-            rows.append(
-                {
-                    "kind": "operation",
-                    "id": op_id,
-                    "parent": name,
-                    "depth": depth + 1,
-                    "has_children": False,
-                    "view": op,
-                    "user": op.get("user"),
-                    "limits": live.limits.get(tree, {}) if live is not None else {},
-                    "alerts": list(live.alert_types) if live is not None else [],
-                    "state": live.state if live is not None else "",
-                    "explanation": live.explanations.get(tree) if live is not None else None,
-                }
-            )
+        stack.append((name, depth, parent, True))
+        stack.extend(
+            (child, depth + 1, name, False) for child in sorted(children.get(name, []), reverse=True)
+        )
+    return rows
 
-    roots = [name for name, pool in pools.items() if pool.get("parent") is None]
-    for root in sorted(roots):
-        visit(root, 0, None)
+
+def _operation_rows(
+    snapshot: ReadSnapshot,
+    tree: str,
+    operations: dict[str, Any],
+    pool: str,
+    depth: int,
+    operation_ids: list[str],
+) -> list[dict[str, Any]]:
+    """The Scheduling page's rows of ``pool``'s operations (the pool at ``depth``), by id."""
+    rows: list[dict[str, Any]] = []
+    for op_id in sorted(operation_ids):
+        op = operations[op_id]
+        live = snapshot.operation(op_id)
+        rows.append(
+            {
+                "kind": "operation",
+                "id": op_id,
+                "parent": pool,
+                "depth": depth + 1,
+                "has_children": False,
+                "view": op,
+                "user": op.get("user"),
+                "limits": live.limits.get(tree, {}) if live is not None else {},
+                "alerts": list(live.alert_types) if live is not None else [],
+                "state": live.state if live is not None else "",
+                "explanation": live.explanations.get(tree) if live is not None else None,
+            }
+        )
     return rows

@@ -247,3 +247,54 @@ async def test_operation_page_never_shows_an_older_state_than_the_api(open_servi
         assert "No online node can satisfy the resource demand" in failed
         listing = (await web.get("/operations")).text
         assert "running" not in listing.split(op.id, 1)[1].split("</tr>", 1)[0]
+
+
+@pytest.mark.anyio
+async def test_scheduling_rows_are_depth_first_and_leave_no_reference_cycle(
+    open_service: SchedulerService,
+) -> None:
+    """The Scheduling page lists pools depth-first, each pool's pools before its operations. Making the rows
+    leaves no reference cycle behind: the old recursive closure held its own cell, a cycle that kept the view's
+    maps and the rows until a collection found it (or forever, once the collector's policy froze it)."""
+    import gc
+
+    from pooltree.config import parse_pool_trees
+    from pooltree.web.app import _scheduling
+
+    trees = {"default": {"pools": {"a": {"pools": {"b": {}, "c": {}}}, "d": {}}}}
+    scheduler = open_service.scheduler
+    scheduler.apply_pool_trees(parse_pool_trees(trees), "default", 0.0)
+    _heartbeat(open_service, "n1", 0.5)
+    task = {"main": {"command": "sleep 100", "job_count": 1, "cpu_limit": 1}}
+    ops = {
+        pool: scheduler.start_operation("vanilla", {"tasks": task, "pool": pool}, "alice", 1.0).id
+        for pool in ("a", "b", "d")
+    }
+    scheduler.update_fair_share("default", 2.0)
+    scheduler.snapshots.publish()
+    snapshot = scheduler.snapshots.current
+    _scheduling(snapshot, "default")  # first-use objects made (the view assembled)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        rows = _scheduling(snapshot, "default")["rows"]
+        del rows[:]  # the rows' own objects are not what is counted
+        found = gc.collect()
+        kinds = sorted({type(garbage).__qualname__ for garbage in gc.garbage})
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+        gc.enable()
+    assert found == 0, kinds
+    listed = [(row["kind"], row["id"], row["depth"]) for row in _scheduling(snapshot, "default")["rows"]]
+    assert listed == [
+        ("pool", "<Root>", 0),
+        ("pool", "a", 1),
+        ("pool", "b", 2),
+        ("operation", ops["b"], 3),
+        ("pool", "c", 2),
+        ("operation", ops["a"], 2),
+        ("pool", "d", 1),
+        ("operation", ops["d"], 2),
+    ]
