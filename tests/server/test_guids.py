@@ -33,7 +33,7 @@ def test_ids_are_distinct_and_shaped_across_refills_and_threads() -> None:
 
 def test_a_forked_child_does_not_give_out_the_parents_next_ids() -> None:
     new_guid()  # the pool holds ids now
-    assert model._GUID_BITS
+    assert model._GUIDS
     reading, writing = os.pipe()
     child = os.fork()
     if child == 0:  # the child: its first id, then out
@@ -50,3 +50,25 @@ def test_a_forked_child_does_not_give_out_the_parents_next_ids() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     assert SHAPE.match(from_child)
     assert from_child not in {new_guid() for _ in range(GUIDS_PER_READ)}
+
+
+def test_an_id_is_its_bits_in_four_groups_as_read_from_the_generator(monkeypatch) -> None:
+    """The ids written out a read at a time are the ids the bits made one at a time before (the same bytes give
+    the same ids, in the same order): the groups big-endian, lower-case hex without leading zeros."""
+    raw = bytes(range(7, 7 + 16)) + bytes(16) + bytes([255] * 16) + bytes([0, 0, 0, 1] * 4)
+    raw += bytes(16 * (GUIDS_PER_READ - 4))
+    monkeypatch.setattr(model.secrets, "token_bytes", lambda size: raw[:size])
+    monkeypatch.setattr(model, "_GUIDS", [])
+    ids = [new_guid() for _ in range(GUIDS_PER_READ)]
+
+    def by_shifts(bits: int) -> str:  # the formula ids were made by before
+        return f"{bits >> 96:x}-{(bits >> 64) & 0xFFFFFFFF:x}-{(bits >> 32) & 0xFFFFFFFF:x}-{bits & 0xFFFFFFFF:x}"
+
+    expected = [by_shifts(int.from_bytes(raw[i : i + 16])) for i in range(0, len(raw), 16)]
+    assert ids == expected[::-1]  # given from the end of a read, as before
+    assert ids[-4:] == [
+        "1-1-1-1",
+        "ffffffff-ffffffff-ffffffff-ffffffff",
+        "0-0-0-0",
+        "708090a-b0c0d0e-f101112-13141516",
+    ]

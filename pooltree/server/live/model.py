@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,21 +56,25 @@ def check_update_period(value: float, name: str) -> float:
 
 GUIDS_PER_READ = 256
 """Ids made from one read of the system's generator (a system call per id was a sizable part of a start)."""
-_GUID_BITS: list[int] = []
-"""128 random bits per id not yet given out, from the system's generator (a forked child drops them)."""
-os.register_at_fork(after_in_child=_GUID_BITS.clear)
+_GUIDS: list[str] = []
+"""Ids not yet given out, each from 128 random bits of the system's generator, made a read at a time (a forked
+child drops them)."""
+os.register_at_fork(after_in_child=_GUIDS.clear)
+_GUID_GROUPS = struct.Struct(">IIII")
+"""An id's 128 bits as its four groups of 32 (big-endian: the first group is the bits' highest)."""
 
 
 def new_guid() -> str:
-    """A YTsaurus-looking id: four hex groups of 32 random bits each, from the system's generator (read for
-    ``GUIDS_PER_READ`` ids at a time; ``list.pop`` gives each to one caller, whatever the thread)."""
+    """A YTsaurus-looking id: four hex groups of 32 random bits each (no leading zeros), from the system's
+    generator. The ids of ``GUIDS_PER_READ`` are read and written out at once (``list.pop`` gives each to one
+    caller, whatever the thread): a start takes a ready id instead of shifting, masking and formatting 128 bits
+    (~1 us of it)."""
     try:
-        bits = _GUID_BITS.pop()
+        return _GUIDS.pop()
     except IndexError:
         raw = secrets.token_bytes(16 * GUIDS_PER_READ)
-        _GUID_BITS.extend(int.from_bytes(raw[i : i + 16]) for i in range(0, len(raw), 16))
-        bits = _GUID_BITS.pop()
-    return f"{bits >> 96:x}-{(bits >> 64) & 0xFFFFFFFF:x}-{(bits >> 32) & 0xFFFFFFFF:x}-{bits & 0xFFFFFFFF:x}"
+        _GUIDS.extend(map("%x-%x-%x-%x".__mod__, _GUID_GROUPS.iter_unpack(raw)))
+        return _GUIDS.pop()
 
 
 def no_such_operation(operation_id: str) -> PooltreeError:
