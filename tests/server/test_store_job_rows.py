@@ -8,6 +8,7 @@ or a row cannot be built."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -199,3 +200,45 @@ def test_a_batch_s_statements_are_few_and_of_few_shapes() -> None:
         assert sum(1 for chunk in chunks if chunk < ROWS_PER_STATEMENT) <= 2
         shapes.update(chunks)
     assert len(shapes) <= 2 * ROWS_STEP - 1 and job_row_chunks(5, 1) == [1] * 5
+
+
+def _write_calls() -> int:
+    """The process's write system calls so far (``/proc/self/io``'s ``syscw``)."""
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("syscw:"))
+
+
+def _log_frames(database: Path) -> tuple[int, int]:
+    """(the log's frames, those copied into the database file), from the ``-shm`` index's header."""
+    head = database.with_name(database.name + "-shm").read_bytes()[:100]
+    return int.from_bytes(head[16:20], sys.byteorder), int.from_bytes(head[96:100], sys.byteorder)
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="counts write calls in /proc/self/io (Linux)")
+def test_a_batch_writes_its_log_frames_and_no_statement_journal(tmp_path: Path) -> None:
+    """A statement of many rows inside the transaction keeps the pages it changes in a statement journal (to undo
+    the statement alone); past 64 KiB SQLite spilled it to a temporary file (open, a write per page and its
+    header, unlink, close: up to a third of the commit thread's writes live, ``bench/RESULTS.md``, session 38). The
+    writer keeps it in memory (``temp_store=MEMORY``): a batch's write calls are its log frames' (two a frame:
+    header and page) and nothing else."""
+    database = tmp_path / "store.sqlite"
+    store = open_store(f"sqlite:///{database}")
+    assert isinstance(store, SqliteStore)
+    try:
+        pad = "x" * 300
+        for first in range(0, 2000, 200):
+            store.put_jobs([_job("op-1", f"job-{k:05d}", pad=pad) for k in range(first, first + 200)])
+        before, calls = _log_frames(database), _write_calls()
+        # finishes of jobs spread over the table: one statement changes ~170 pages that existed before it
+        store.put_jobs(
+            [_job("op-1", f"job-{k:05d}", "completed", pad=pad) for k in range(0, 2000, 8)][
+                :ROWS_PER_STATEMENT
+            ]
+        )
+        calls, after = _write_calls() - calls, _log_frames(database)
+    finally:
+        store.close()
+    assert after[1] == before[1] and after[0] > before[0], (before, after)  # no checkpoint, the log grew
+    frames = after[0] - before[0]
+    assert frames > 100
+    assert calls <= 2 * frames, (calls, frames)

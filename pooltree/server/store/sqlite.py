@@ -15,6 +15,10 @@ Checkpoints: SQLite copies the log into the database file inside the commit that
 once it holds ``CHECKPOINT_FRAMES`` frames not yet copied; SQLite's own checkpoint, at ``AUTOCHECKPOINT_FRAMES``,
 stays as the bound for writes that come another way. A checkpoint runs under the store's lock, after the same file
 check a commit makes, in order with the commits.
+
+The writer keeps its temporary files in memory (``temp_store=MEMORY``): a multi-row statement's statement journal
+(the pages it changes, kept to undo the statement alone inside its transaction) no longer spills to a temporary file
+past 64 KiB (up to a third of the group commit's write calls live, ``bench/RESULTS.md``, session 38).
 """
 
 from __future__ import annotations
@@ -126,6 +130,11 @@ class SqliteStore(SqlStore):
             self._conn.execute(f"PRAGMA journal_size_limit={JOURNAL_BOUND}")  # shrink back after a big commit
             self._conn.execute("PRAGMA busy_timeout=10000")
             self._conn.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_FRAMES}")
+            # a statement of many job rows inside a transaction keeps the pages it changes in a statement journal
+            # (to undo the statement alone); SQLite spilled it past 64 KiB to a temporary file, opened, written a
+            # page and a header at a time, unlinked and closed for each: in memory instead (the writer's temporary
+            # files only; at most the pages of ``ROWS_PER_STATEMENT`` rows)
+            self._conn.execute("PRAGMA temp_store=MEMORY")
         except (OSError, sqlite3.Error) as error:
             raise StoreError(
                 f"cannot open SQLite store {self.path}: {_reason(error)}", attributes={"url": self.url}
