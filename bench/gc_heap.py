@@ -15,8 +15,8 @@ Reported over ``--seconds`` simulated seconds after ``--warmup-seconds``: per ge
 total and longest pause (ms) and the objects they walked (with ``--count-walked``: their generations' sizes at the
 start, counted outside the pause); the collector's share of the process's CPU; CPU per simulated second; the
 policy's freezes; at the end, the objects frozen and how many of them a collection after ``gc.unfreeze()`` finds
-unreachable (``frozen_garbage``: reference cycles the policy froze and would never have collected; 0 is what the
-policy needs). Every figure is the same workload's, so two builds (or ``POOLTREE_GC_TUNING=1`` and ``full``)
+unreachable (``frozen_garbage``: reference cycles the policy froze and would never have collected but for the
+valve, whose vent this is; 0 is what the policy needs) and the vent's pause (``vent_ms``). Every figure is the same workload's, so two builds (or ``POOLTREE_GC_TUNING=1`` and ``full``)
 compare on what the heap and the policy make the collector walk.
 
 Usage: .venv/bin/python bench/gc_heap.py [--nodes 1000] [--operations 200] [--jobs 200] [--pending 3000]
@@ -154,16 +154,23 @@ def _arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _frozen_garbage() -> dict[str, int]:
-    """The garbage a full collection finds now (``young_garbage``), then, everything unfrozen, what it finds
-    among the objects the policy had frozen (``frozen_garbage``: cycles the policy would never have collected;
-    frozen again after)."""
+def _frozen_garbage(tuned: bool) -> dict[str, Any]:
+    """The garbage a full collection finds now (``young_garbage``), then the valve's vent (``GcTuning.vent``):
+    what it finds among the objects the policy had frozen (``frozen_garbage``: cycles the policy would never have
+    collected but for the valve, with their most common types), its pause (``vent_ms``: a full collection of every
+    tracked object, every thread stopped; one more when it found garbage) and the frozen generation after it."""
     young = gc.collect()
-    frozen = gc.get_freeze_count()
-    gc.unfreeze()
-    found = gc.collect()
-    gc.freeze()
-    return {"frozen_objects": frozen, "young_garbage": young, "frozen_garbage": found}
+    if not tuned:
+        return {"young_garbage": young}
+    record = GC.vent()
+    return {
+        "frozen_objects": record.frozen_before,
+        "young_garbage": young,
+        "frozen_garbage": record.vent.found,
+        "frozen_garbage_kinds": dict(record.vent.kinds),
+        "vent_ms": round(1000 * record.vent.seconds, 1),
+        "frozen_after_vent": record.frozen_after,
+    }
 
 
 def main() -> None:
@@ -199,7 +206,7 @@ def main() -> None:
             "wall_seconds": round(wall, 2),
             "policy_freezes": {"all": POLICY.freezes, "at_middle_collections": POLICY.middle_freezes},
         }
-        report |= _frozen_garbage()
+        report |= _frozen_garbage(tuned)
         GC.uninstall()
         cluster.service.store.close()
     print(json.dumps(report))

@@ -32,6 +32,9 @@ scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
   ``read_process_died``: the read process that owns the API port (``pooltree/reads``) died; the scheduler serves
   the port itself until a new one takes it over; the alert holds while it does and until 10 minutes after the death
   (``pooltree/reads/health.py``): deaths, deaths in a row, restarts, how the last one ended.
+  ``collector_frozen_garbage``: the garbage collector's valve found reference cycles among the objects the freezing
+  policy had frozen (``pooltree/server/gc_tuning.py``): a path of the scheduler makes cycles, which the policy keeps
+  until a vent; holds 10 minutes after such a vent: objects found, their most common types, the vent's pause.
   The per-tree ones are also under orchid ``scheduler/pool_trees/<tree>/alerts``.
 
 operation (its ``alerts`` attribute: a map alert type → error, as YTsaurus's operation ``@alerts``)
@@ -77,6 +80,7 @@ STORE_TROUBLE = "store_trouble"
 HEARTBEATS_THROTTLED = "heartbeats_throttled"
 FORECAST_WORKER_DIED = "forecast_worker_died"
 READ_PROCESS_DIED = "read_process_died"
+COLLECTOR_FROZEN_GARBAGE = "collector_frozen_garbage"
 OPERATION_PENDING = "operation_pending"
 NO_ONLINE_NODE = "no_online_node_to_schedule_job"
 OPERATION_STARVING = "operation_starving"

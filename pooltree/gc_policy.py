@@ -29,13 +29,22 @@ Two ways to freeze, one policy:
   references) promoted since the last, 10-55 ms each (up to 160 ms on a loaded machine), a quarter to a third
   of the collector's time (``bench/RESULTS.md``, session 31).
 
-The price: a reference cycle among frozen objects that later becomes garbage is never collected (objects freed by
-reference counting, i.e. nearly all, are freed as before), until the policy is released. With ``middle`` that is
-any cycle that lives past its first middle collection (a few tenths of a second), not only past a full one. The
-live service's paths make none: ``bench/gc_heap.py`` reports the frozen objects a ``gc.collect()`` after an
-unfreeze finds unreachable (``frozen_garbage``), and ``tests/server/test_gc_tuning.py`` checks heartbeats,
-updates, publications, starts and reads leave none. Collections never change a result: nothing in the core
-depends on when an object is collected.
+The price: a reference cycle among frozen objects that later becomes garbage is not collected (objects freed by
+reference counting, i.e. nearly all, are freed as before) until the policy is released or vented. With ``middle``
+that is any cycle alive at a middle collection (one runs every few tenths of a second, and a cycle made and
+dropped within a request is caught when one lands inside it), not only at a full one. The live service's paths
+make none: ``tests/server/test_gc_tuning.py`` runs heartbeats, starts, updates, publications and the API's and
+pages' reads with everything frozen and the collector off, and one collection after them finds nothing (the
+Scheduling page's rows made one until session 38). Third-party code still makes some: Plotly's figures (the
+History page's chart, ~1,400 objects a render) and the standard library's Python JSON encoder (``indent``: a
+page's pretty-printed spec, 31 objects).
+
+*The valve* (``vent``) bounds what such cycles keep: it unfreezes, collects the whole heap, names what it found
+(``Vent``) and freezes what lives again. Its pause is a full collection of every tracked object (``bench/gc_heap.py``
+at 1,000 nodes: ~525 ms with 3,000 queued operations, 1.15M objects; ~1.0 s with 10,000, 3.0M objects), so its
+holder calls it seldom: the live service when the frozen generation grew by half since the last vent
+(``pooltree.server.gc_tuning``), with an alert when a vent found garbage. Collections never change a result:
+nothing in the core depends on when an object is collected.
 
 ``POOLTREE_GC_TUNING`` in the environment (`MODES`): ``0`` turns the policy off everywhere (for comparisons),
 ``full`` keeps the live service to freezing full collections' survivors only; any other value than ``0``, ``1``
@@ -46,14 +55,30 @@ from __future__ import annotations
 
 import gc
 import os
+import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from pooltree.errors import ConfigError
 
 ENVIRONMENT = "POOLTREE_GC_TUNING"
 THRESHOLDS = (1_000, 5, 2)
+VENT_KINDS = 10
+"""Types named by a vent that found garbage (the most common among what it found)."""
+
+
+class Vent(NamedTuple):
+    """What one ``GcPolicy.vent`` found and cost."""
+
+    found: int
+    """Objects a full collection found unreachable once everything was unfrozen: reference cycles the policy had
+    frozen (and objects only they held), which no collection would otherwise have reclaimed."""
+    kinds: tuple[tuple[str, int], ...]
+    """The most common types among them (``VENT_KINDS`` at most; empty when none were found)."""
+    seconds: float
+    """The vent's pause: its collections' wall time, every thread stopped (they hold the GIL)."""
 
 
 MODES = ("0", "1", "full")
@@ -90,6 +115,8 @@ class GcPolicy:
         """Full collections seen while held (``settle``'s own not counted)."""
         self.middle_freezes = 0
         """Freezes at the end of a middle collection (holders with ``middle``)."""
+        self.vents = 0
+        """``vent`` calls while held."""
         self._holders = 0
         self._immediate = 0
         self._middle = 0
@@ -164,6 +191,44 @@ class GcPolicy:
         gc.freeze()
         self.freezes += 1
         self._due = False
+
+    def vent(self) -> Vent:
+        """The valve (while held): reclaim the reference cycles the policy froze. One full collection of what is
+        not frozen (so that what the next one finds had been frozen), everything unfrozen, a full collection of the
+        whole heap (with ``DEBUG_SAVEALL``, so that what it finds can be named; when it finds something, that is
+        named, let go and collected once more), everything frozen again. No freeze happens from the callback in
+        between. The pause is a full collection of every tracked object (``bench/gc_heap.py``'s ``vent``), and one
+        more when garbage was found; who calls it decides how seldom (``pooltree.server.gc_tuning``)."""
+        if not self._holders:
+            return Vent(0, (), 0.0)
+        began = time.perf_counter()
+        debug = gc.get_debug()
+        kept = len(gc.garbage)
+        kinds: tuple[tuple[str, int], ...] = ()
+        self._settling = True
+        try:
+            gc.collect()
+            gc.unfreeze()
+            gc.set_debug(debug | gc.DEBUG_SAVEALL)
+            try:
+                found = gc.collect()
+            finally:
+                gc.set_debug(debug)
+            if found:
+                saved = gc.garbage[kept:]
+                kinds = tuple(
+                    Counter(type(garbage).__qualname__ for garbage in saved).most_common(VENT_KINDS)
+                )
+                del gc.garbage[kept:]
+                del saved
+                gc.collect()  # saved only to be named: now unreachable again
+        finally:
+            self._settling = False
+        gc.freeze()
+        self.freezes += 1
+        self.vents += 1
+        self._due = False
+        return Vent(found, kinds, time.perf_counter() - began)
 
     def tick(self) -> bool:
         """Freeze the survivors of the full collection that ran since the last tick (cheap: a list splice);

@@ -174,3 +174,42 @@ def test_fair_share_cli_runs_its_steps_under_the_policy(monkeypatch: pytest.Monk
         outputs[value] = done.stdout
     assert held == [True] * 3 + [False] * 3
     assert outputs["1"] == outputs["0"]
+
+
+class _Cyclic:
+    """An object in a reference cycle with itself (a cycle the policy can freeze)."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_vent_reclaims_the_cycles_the_policy_froze_and_names_them() -> None:
+    """A reference cycle alive at a freeze and garbage after it is never collected while frozen; a vent unfreezes,
+    collects the whole heap, names what it found and freezes what lives again. Nothing found: nothing named."""
+    import weakref
+
+    vents = POLICY.vents
+    POLICY.acquire(at_collection=True)
+    try:
+        kept = [[index] for index in range(1_000)]
+        cycles = [_Cyclic() for _ in range(50)]
+        gone = [weakref.ref(cycle) for cycle in cycles]
+        POLICY.settle()
+        del cycles
+        gc.collect()  # frozen: a collection does not see them
+        assert all(ref() is not None for ref in gone)
+        frozen = gc.get_freeze_count()
+        vent = POLICY.vent()
+        assert vent.found >= len(gone)
+        assert dict(vent.kinds)["_Cyclic"] == len(gone)
+        assert vent.seconds > 0
+        assert all(ref() is None for ref in gone)
+        assert not any(isinstance(garbage, _Cyclic) for garbage in gc.garbage)  # let go after naming
+        assert frozen - vent.found - 100 <= gc.get_freeze_count() <= frozen  # the living frozen again
+        again = POLICY.vent()
+        assert (again.found, again.kinds) == (0, ())
+        assert POLICY.vents == vents + 2
+        assert len(kept) == 1_000
+    finally:
+        POLICY.release(at_collection=True)
+    assert POLICY.vent().found == 0  # not held: nothing to vent, nothing unfrozen

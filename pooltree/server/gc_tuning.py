@@ -15,9 +15,18 @@ simulator and ``pooltree fair-share`` (``pooltree.gc_policy``); the service appl
   the survivors of each full collection, at the service loop's next ``tick``, the policy before session 31: a
   full collection then walked everything promoted since the last, about once a second at 1,000 nodes).
 
-The price: a reference cycle among frozen objects that later becomes garbage is never collected (objects freed
-by reference counting, i.e. nearly all, are freed as before): with ``middle``, any cycle that outlives its first
-middle collection (``bench/gc_heap.py``'s ``frozen_garbage`` measures what such cycles would keep).
+The price: a reference cycle among frozen objects that later becomes garbage is not collected (objects freed
+by reference counting, i.e. nearly all, are freed as before): with ``middle``, any cycle alive at a middle
+collection. The valve bounds it: once per ``FROZEN_RECOUNT_SECONDS`` the service loop's ``tick`` counts the frozen
+generation, and when it grew by ``VALVE_GROWTH`` (half) of its size after the last vent or the settling, and by at
+least ``VALVE_MIN_GROWTH`` objects, it vents (``GcPolicy.vent``: everything unfrozen, one full collection, what
+lives frozen again). Growth by live objects (a longer queue, more running jobs) vents too, as seldom as the heap
+grows by half, as CPython's own full collections come when the long-lived objects grew by a quarter. A vent's
+pause is a full collection of the whole heap (0.5-1 s with 1-3M objects, ``bench/gc_heap.py``'s ``vent_ms``). A
+vent that finds garbage raises the scheduler alert ``collector_frozen_garbage`` (the objects found and their most
+common types: a path makes cycles; ``tests/server/test_gc_tuning.py`` finds such paths) for
+``VALVE_ALERT_HOLD`` seconds; ``pooltree_gc_valve_seconds`` (count, sum), ``pooltree_gc_valve_max_seconds`` and
+``pooltree_gc_frozen_garbage_objects_total`` count the vents in ``/metrics``.
 ``POOLTREE_GC_TUNING=0`` in the environment turns the tuning off (for comparisons, see bench/live_queue.py); the
 pauses are measured either way and exported in ``GET /metrics`` as ``pooltree_gc_pause_seconds`` /
 ``pooltree_gc_pause_max_seconds`` by generation and ``pooltree_gc_frozen_objects``.
@@ -35,12 +44,13 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
-from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from pooltree.gc_policy import ENVIRONMENT, POLICY, THRESHOLDS, tuning_enabled, tuning_mode
+from pooltree.alerts import COLLECTOR_FROZEN_GARBAGE, alert
+from pooltree.gc_policy import ENVIRONMENT, POLICY, THRESHOLDS, Vent, tuning_enabled, tuning_mode
 from pooltree.server.heartbeat_trace import TRACE
 from pooltree.server.stalls import StallRing
 
@@ -49,13 +59,34 @@ __all__ = [
     "FROZEN_RECOUNT_SECONDS",
     "GC",
     "THRESHOLDS",
+    "VALVE_ALERT_HOLD",
+    "VALVE_GROWTH",
+    "VALVE_MIN_GROWTH",
     "GcCollector",
     "GcTuning",
     "tuning_enabled",
 ]
 
 FROZEN_RECOUNT_SECONDS = 60.0
-"""How old the frozen-objects gauge may be before a scrape counts again (the count walks the whole generation)."""
+"""How old the frozen-objects gauge may be before a scrape counts again (the count walks the whole generation);
+also how often the service loop's ``tick`` counts it for the valve."""
+VALVE_GROWTH = 0.5
+"""The valve vents (``GcPolicy.vent``) when the frozen generation grew by this fraction of its size after the last
+vent (or the settling at start-up) ..."""
+VALVE_MIN_GROWTH = 100_000
+"""... and by at least this many objects (a small heap is not vented for a few thousand)."""
+VALVE_ALERT_HOLD = 600.0
+"""Seconds the ``collector_frozen_garbage`` alert holds after a vent that found garbage."""
+
+
+class ValveRecord(NamedTuple):
+    """One vent of the valve: when (wall clock), what it found (``Vent``) and the frozen generation's size before
+    and after it."""
+
+    time: float
+    vent: Vent
+    frozen_before: int
+    frozen_after: int
 
 
 class GcTuning:
@@ -81,6 +112,18 @@ class GcTuning:
         self._settling = False
         self._frozen: tuple[float, int] | None = None
         """(when counted, by ``clock``; the count) of the last walk of the permanent generation."""
+        self.valve_baseline: int | None = None
+        """The frozen generation's size after the settling or the last vent (None: not tuned)."""
+        self._valve_checked = 0.0
+        """When (``clock``) ``tick`` last counted the frozen generation for the valve."""
+        self.vents: list[float] = [0, 0.0, 0.0]
+        """The valve's vents: [count, total pause seconds, longest]."""
+        self.frozen_garbage = 0
+        """Objects the vents found unreachable among the frozen ones, in all."""
+        self.last_vent: ValveRecord | None = None
+        self.last_garbage: ValveRecord | None = None
+        """The last vent that found garbage (the alert's); ``_garbage_at``: when, by ``clock``."""
+        self._garbage_at = 0.0
 
     @property
     def freezes(self) -> int:
@@ -131,6 +174,7 @@ class GcTuning:
             self.tuned = False
             self.middle = False
             self._frozen = None
+            self.valve_baseline = None
 
     # ------------------------------------------------------------------ tuning
 
@@ -146,11 +190,66 @@ class GcTuning:
             POLICY.settle()
         finally:
             self._settling = False
+        now = self.clock()
+        self.valve_baseline = self._count_frozen(now)
+        self._valve_checked = now
 
     def tick(self) -> None:
-        """Freeze the survivors of the full collection that ran since the last tick (cheap: a list splice)."""
-        if self.tuned:
-            POLICY.tick()
+        """Freeze the survivors of the full collection that ran since the last tick (cheap: a list splice); once
+        per ``FROZEN_RECOUNT_SECONDS``, count the frozen generation and vent when it grew past the valve's bound
+        (``VALVE_GROWTH``, ``VALVE_MIN_GROWTH``)."""
+        if not self.tuned:
+            return
+        POLICY.tick()
+        now = self.clock()
+        if self.valve_baseline is None or now - self._valve_checked < FROZEN_RECOUNT_SECONDS:
+            return
+        self._valve_checked = now
+        frozen = self._count_frozen(now)
+        if frozen - self.valve_baseline >= max(VALVE_MIN_GROWTH, VALVE_GROWTH * self.valve_baseline):
+            self.vent(frozen)
+
+    def vent(self, frozen_before: int | None = None) -> ValveRecord:
+        """Vent now (``GcPolicy.vent``): the valve's figures, the alert's record when it found garbage, and the
+        frozen generation counted again (the valve's new baseline)."""
+        before = self._count_frozen(self.clock()) if frozen_before is None else frozen_before
+        vent = POLICY.vent()
+        now = self.clock()
+        after = self._count_frozen(now)
+        record = ValveRecord(time.time(), vent, before, after)
+        with self.lock:
+            self.vents[0] += 1
+            self.vents[1] += vent.seconds
+            self.vents[2] = max(self.vents[2], vent.seconds)
+            self.frozen_garbage += vent.found
+            self.last_vent = record
+            if vent.found:
+                self.last_garbage, self._garbage_at = record, now
+        self.valve_baseline = after
+        return record
+
+    def alert(self) -> dict[str, Any] | None:
+        """The ``collector_frozen_garbage`` scheduler alert (a vent found garbage in the last
+        ``VALVE_ALERT_HOLD`` seconds), or None."""
+        with self.lock:
+            record, at = self.last_garbage, self._garbage_at
+        if record is None or self.clock() - at > VALVE_ALERT_HOLD:
+            return None
+        vent = record.vent
+        return alert(
+            COLLECTOR_FROZEN_GARBAGE,
+            f"The collector's valve found {vent.found} objects in reference cycles among the frozen ones: a path "
+            "of the scheduler makes cycles that the freezing policy keeps until a vent",
+            {
+                "found_objects": vent.found,
+                "found_kinds": dict(vent.kinds),
+                "frozen_objects_before": record.frozen_before,
+                "frozen_objects_after": record.frozen_after,
+                "vent_seconds": round(vent.seconds, 4),
+                "vent_time": record.time,
+                "frozen_garbage_objects_total": self.frozen_garbage,
+            },
+        )
 
     # ------------------------------------------------------------------ metrics
 
@@ -161,6 +260,10 @@ class GcTuning:
         kept = self._frozen
         if kept is not None and now - kept[0] < FROZEN_RECOUNT_SECONDS:
             return kept[1]
+        return self._count_frozen(now)
+
+    def _count_frozen(self, now: float) -> int:
+        """Walk the permanent generation (``gc.get_freeze_count``); the gauge's count from now on."""
         count = gc.get_freeze_count()
         self._frozen = (now, count)
         return count
@@ -168,11 +271,15 @@ class GcTuning:
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             pauses = {generation: tuple(entry) for generation, entry in self.pauses.items()}
+            vents = tuple(self.vents)
+            garbage = self.frozen_garbage
         return {
             "pauses": pauses,
             "frozen": self.frozen_objects(),
             "freezes": self.freezes,
             "tuned": self.tuned,
+            "vents": vents,
+            "frozen_garbage": garbage,
         }
 
 
@@ -197,4 +304,20 @@ class GcCollector(Collector):
             "pooltree_gc_frozen_objects", "Objects in the permanent (frozen) generation"
         )
         frozen.add_metric([], float(state["frozen"]))
-        yield from (pauses, longest, frozen)
+        count, total, maximum = state["vents"]
+        vents = SummaryMetricFamily(
+            "pooltree_gc_valve_seconds",
+            "The collector's valve: full collections of the unfrozen heap that reclaim cycles frozen by the policy",
+            count_value=count,
+            sum_value=total,
+        )
+        vent_longest = GaugeMetricFamily(
+            "pooltree_gc_valve_max_seconds", "Longest pause of the collector's valve"
+        )
+        vent_longest.add_metric([], maximum)
+        garbage = CounterMetricFamily(
+            "pooltree_gc_frozen_garbage_objects",
+            "Objects the valve found unreachable among the frozen ones (reference cycles the policy had frozen)",
+        )
+        garbage.add_metric([], float(state["frozen_garbage"]))
+        yield from (pauses, longest, frozen, vents, vent_longest, garbage)

@@ -264,6 +264,7 @@ class SchedulerService:
         metrics, job files and stderr) and the web UI's before the API's."""
         self.commands.forecasts = self.forecasts
         self.scheduler.alert_center.forecast_alert = self.forecasts.health.alert
+        self.scheduler.alert_center.collector_alert = GC.alert
         self.commands.listing.visible = self.security.operation_visible
         app = self.app
         self.commands.files = app.state.files

@@ -237,3 +237,68 @@ def test_the_live_paths_leave_no_cycles_for_the_policy_to_freeze(tmp_path: Path)
         finally:
             client.close()
     assert found == 0, kinds.most_common(10)
+
+
+class _Cyclic:
+    """An object in a reference cycle with itself."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_the_valve_vents_when_the_frozen_generation_grew_and_alerts_on_frozen_garbage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frozen generation's growth is bounded: once per FROZEN_RECOUNT_SECONDS the service loop's tick counts it,
+    and when it grew past the valve's bound since the settling (or the last vent) the valve vents. A vent that found
+    cycles the policy had frozen raises ``collector_frozen_garbage`` (their types named) for VALVE_ALERT_HOLD
+    seconds; the vents' pauses and the garbage are in /metrics."""
+    from pooltree.server import gc_tuning
+
+    monkeypatch.setattr(gc_tuning, "VALVE_MIN_GROWTH", 1_000)
+    now = [100.0]
+    tuning = GcTuning(clock=lambda: now[0])
+    service = _service(tmp_path, tune_gc=False)
+    service.scheduler.alert_center.collector_alert = tuning.alert
+    tuning.install()
+    tuning.settle()
+    try:
+        baseline = tuning.valve_baseline
+        assert baseline is not None and baseline > 0
+        growth = max(1_000, int(gc_tuning.VALVE_GROWTH * baseline)) + 10
+        cycles = [_Cyclic() for _ in range(30)]
+        kept = [[index] for index in range(growth)]
+        gc.freeze()  # as the policy freezes survivors
+        del cycles
+        now[0] += FROZEN_RECOUNT_SECONDS - 1
+        tuning.tick()
+        assert tuning.vents[0] == 0  # not counted yet
+        now[0] += 1
+        tuning.tick()
+        assert tuning.vents[0] == 1
+        record = tuning.last_vent
+        assert record is not None and record.vent.found >= 30
+        assert dict(record.vent.kinds)["_Cyclic"] == 30
+        assert record.frozen_before >= baseline + growth
+        assert tuning.valve_baseline == record.frozen_after
+        alerts = [
+            a
+            for a in service.scheduler.alert_center.scheduler_alerts()
+            if a["attributes"]["alert_type"] == "collector_frozen_garbage"
+        ]
+        assert len(alerts) == 1
+        assert alerts[0]["attributes"]["found_kinds"]["_Cyclic"] == 30
+        now[0] += FROZEN_RECOUNT_SECONDS
+        tuning.tick()  # no growth since: no vent
+        assert tuning.vents[0] == 1
+        now[0] += gc_tuning.VALVE_ALERT_HOLD
+        assert tuning.alert() is None
+        monkeypatch.setattr(gc_tuning, "GC", tuning)
+        text = render(service.metrics).decode()
+        assert "pooltree_gc_valve_seconds_count 1.0" in text
+        assert f"pooltree_gc_frozen_garbage_objects_total {float(record.vent.found)}" in text
+        assert len(kept) == growth
+    finally:
+        tuning.uninstall()
+        service.store.close()
+    assert gc.get_freeze_count() == 0

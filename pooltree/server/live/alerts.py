@@ -82,6 +82,8 @@ class SchedulerAlerts:
         """A callable of the scheduler's time returning the forecast worker's alert or None; set by the service."""
         self.read_process_alert: Any = None
         """A callable of the wall-clock time returning the read process's alert or None (``pooltree/reads``)."""
+        self.collector_alert: Any = None
+        """A callable returning the collector valve's alert or None (``pooltree/server/gc_tuning.py``)."""
         self.fleet_revision = 0
         """Moved whenever a node joins, leaves or changes its limits, tags or trees (``fleet_moved``)."""
         self._fleet: tuple[int, NodeFleet] | None = None
@@ -218,6 +220,9 @@ class SchedulerAlerts:
         reads = self.read_process_alert(time.time()) if self.read_process_alert is not None else None
         if reads is not None:
             alerts.append(reads)
+        collector = self.collector_alert() if self.collector_alert is not None else None
+        if collector is not None:
+            alerts.append(collector)
         throttle = scheduler.heartbeat_throttle
         if throttle.recently_throttled(scheduler.now):
             settings = throttle.settings
