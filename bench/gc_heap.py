@@ -8,8 +8,9 @@ operation, a fair-share update every simulated second) plus what the service's l
 snapshot published once a simulated second when something changed, and ``--starts`` operations started per
 simulated second into the queue (``bench/live_queue.py``'s mixed phase starts ~130 a second). The process's
 collector runs under the service's policy (``pooltree.server.gc_tuning.GC``: settled after set-up, then the
-survivors of each middle and full collection frozen, or with ``POOLTREE_GC_TUNING=full`` those of each full one at
-the next tick, ticks every 50 simulated ms); ``POOLTREE_GC_TUNING=0`` runs it without.
+survivors of each middle and full collection frozen, with ``POOLTREE_GC_TUNING=young`` every collection's, with
+``full`` those of each full one at the next tick, ticks every 50 simulated ms); ``POOLTREE_GC_TUNING=0`` runs it
+without.
 
 Reported over ``--seconds`` simulated seconds after ``--warmup-seconds``: per generation the collections, their
 total and longest pause (ms) and the objects they walked (with ``--count-walked``: their generations' sizes at the
@@ -204,7 +205,11 @@ def main() -> None:
             "collector_share_of_cpu": round(paused / cpu, 4) if cpu else None,
             "cpu_ms_per_simulated_second": round(1000 * cpu / args.seconds, 1),
             "wall_seconds": round(wall, 2),
-            "policy_freezes": {"all": POLICY.freezes, "at_middle_collections": POLICY.middle_freezes},
+            "policy_freezes": {
+                "all": POLICY.freezes,
+                "at_middle_collections": POLICY.middle_freezes,
+                "at_young_collections": POLICY.young_freezes,
+            },
         }
         report |= _frozen_garbage(tuned)
         GC.uninstall()

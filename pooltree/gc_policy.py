@@ -27,7 +27,10 @@ Two ways to freeze, one policy:
   a full collection walks no more than a middle one. At 1,000 heartbeats/s beside ~1,000 API requests/s the
   freeze-after-full policy left a full collection about every second, walking the ~20-40k objects (~200k
   references) promoted since the last, 10-55 ms each (up to 160 ms on a loaded machine), a quarter to a third
-  of the collector's time (``bench/RESULTS.md``, session 31).
+  of the collector's time (``bench/RESULTS.md``, session 31);
+* *at every collection* (``young``, ``POOLTREE_GC_TUNING=young``): a young collection's survivors are frozen at
+  its end too, so every object is walked once, in the young generation, and no middle collection runs (a freeze
+  resets the generations' counts); then any cycle alive at a young collection is the valve's.
 
 The price: a reference cycle among frozen objects that later becomes garbage is not collected (objects freed by
 reference counting, i.e. nearly all, are freed as before) until the policy is released or vented. With ``middle``
@@ -81,22 +84,23 @@ class Vent(NamedTuple):
     """The vent's pause: its collections' wall time, every thread stopped (they hold the GIL)."""
 
 
-MODES = ("0", "1", "full")
+MODES = ("0", "1", "full", "young")
 """``POOLTREE_GC_TUNING``'s values: off; on (the live service also freezes each middle collection's survivors,
 ``GcPolicy.acquire``'s ``middle``); on with only full collections' survivors frozen (the policy before
-session 31, for comparisons and for a workload whose longer-lived garbage forms cycles)."""
+session 31, for comparisons and for a workload whose longer-lived garbage forms cycles); on with every
+collection's survivors frozen, young ones too (``young``, for comparisons: ``bench/RESULTS.md``, sessions 37-38)."""
 
 
 def tuning_mode(environ: Mapping[str, str] | None = None) -> str:
     """``POOLTREE_GC_TUNING``: one of `MODES` (``1`` by default); anything else is a ``ConfigError`` naming it."""
     value = (os.environ if environ is None else environ).get(ENVIRONMENT, "1").strip()
     if value not in MODES:
-        raise ConfigError(ENVIRONMENT, f"must be 0, 1 or full, got {value!r}")
+        raise ConfigError(ENVIRONMENT, f"must be 0, 1, full or young, got {value!r}")
     return value
 
 
 def tuning_enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``POOLTREE_GC_TUNING`` (`tuning_mode`) turns the policy on (``1`` or ``full``)."""
+    """Whether ``POOLTREE_GC_TUNING`` (`tuning_mode`) turns the policy on (``1``, ``full`` or ``young``)."""
     return tuning_mode(environ) != "0"
 
 
@@ -115,11 +119,14 @@ class GcPolicy:
         """Full collections seen while held (``settle``'s own not counted)."""
         self.middle_freezes = 0
         """Freezes at the end of a middle collection (holders with ``middle``)."""
+        self.young_freezes = 0
+        """Freezes at the end of a young collection (holders with ``young``)."""
         self.vents = 0
         """``vent`` calls while held."""
         self._holders = 0
         self._immediate = 0
         self._middle = 0
+        self._young = 0
         self._due = False
         self._settling = False
         self._saved_thresholds: tuple[int, int, int] | None = None
@@ -132,7 +139,12 @@ class GcPolicy:
         if phase != "stop" or self._settling:
             return
         generation = info.get("generation")
-        if generation == 1 and self._middle:
+        if generation == 0 and self._young:
+            gc.freeze()  # the survivors of a young collection (a freeze also resets the older generations' counts)
+            self.freezes += 1
+            self.young_freezes += 1
+            return
+        if generation == 1 and (self._middle or self._young):
             gc.freeze()  # the survivors of a middle collection (the young generation is empty at its end)
             self.freezes += 1
             self.middle_freezes += 1
@@ -140,17 +152,19 @@ class GcPolicy:
         if generation != 2:
             return
         self.full_collections += 1
-        if self._immediate or self._middle:
+        if self._immediate or self._middle or self._young:
             gc.freeze()  # the collector's lists are consistent at "stop"; freeze only splices them
             self.freezes += 1
         else:
             self._due = True
 
-    def acquire(self, *, at_collection: bool, middle: bool = False) -> None:
+    def acquire(self, *, at_collection: bool, middle: bool = False, young: bool = False) -> None:
         """Hold the policy: the first holder installs the callback and the thresholds. ``at_collection``: freeze
         a full collection's survivors from the collector's callback (else at the next ``tick``). ``middle``: also
         freeze the survivors of every middle collection from the callback (and a full one's at once), so no
-        full collection walks more than a middle one does (the live service's, unless ``POOLTREE_GC_TUNING=full``)."""
+        full collection walks more than a middle one does (the live service's, ``POOLTREE_GC_TUNING=1``).
+        ``young``: freeze the survivors of every collection, young ones too, so each object is walked once
+        (``POOLTREE_GC_TUNING=young``)."""
         if self._holders == 0:
             self._saved_thresholds = gc.get_threshold()
             gc.callbacks.append(self._callback)
@@ -160,9 +174,11 @@ class GcPolicy:
             self._immediate += 1
         if middle:
             self._middle += 1
+        if young:
+            self._young += 1
 
-    def release(self, *, at_collection: bool, middle: bool = False) -> None:
-        """Undo one ``acquire`` (with the same ``at_collection`` and ``middle``); the last one unfreezes
+    def release(self, *, at_collection: bool, middle: bool = False, young: bool = False) -> None:
+        """Undo one ``acquire`` (with the same ``at_collection``, ``middle`` and ``young``); the last one unfreezes
         everything and restores the thresholds."""
         if self._holders == 0:
             return
@@ -171,6 +187,8 @@ class GcPolicy:
             self._immediate -= 1
         if middle and self._middle:
             self._middle -= 1
+        if young and self._young:
+            self._young -= 1
         if self._holders:
             return
         if self._callback in gc.callbacks:

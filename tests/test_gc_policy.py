@@ -70,6 +70,48 @@ def test_survivors_of_a_full_collection_are_frozen_at_the_collection() -> None:
     assert gc.get_freeze_count() == 0  # released: everything unfrozen
 
 
+def _collections_while_keeping(objects: int) -> tuple[list[Any], dict[int, int]]:
+    """Collections by generation the collector runs on its own while ``objects`` tracked objects are made and kept
+    (the thresholds' young collections, and what they set off)."""
+    ran = {0: 0, 1: 0, 2: 0}
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            ran[info["generation"]] += 1
+
+    gc.callbacks.append(count)
+    try:
+        kept = [[index] for index in range(objects)]
+    finally:
+        gc.callbacks.remove(count)
+    return kept, ran
+
+
+def test_young_survivors_frozen_walk_each_object_once() -> None:
+    """``young``: each young collection's survivors are frozen at its end, so they are walked once and no middle
+    collection runs (a freeze resets the older generations' counts); ``middle`` freezes only at the middle
+    collections, which walk again what five young ones walked."""
+    POLICY.acquire(at_collection=False, young=True)
+    try:
+        POLICY.settle()
+        frozen = gc.get_freeze_count()
+        kept, ran = _collections_while_keeping(30_000)
+        assert ran[0] >= 25 and ran[1] == ran[2] == 0
+        assert gc.get_freeze_count() >= frozen + len(kept) - THRESHOLDS[0]  # all but the last young ones'
+        assert POLICY.young_freezes >= ran[0]
+        del kept
+    finally:
+        POLICY.release(at_collection=False, young=True)
+    POLICY.acquire(at_collection=False, middle=True)
+    try:
+        POLICY.settle()
+        kept, ran = _collections_while_keeping(30_000)
+        assert ran[0] >= 20 and ran[1] >= 4 and ran[2] == 0
+        del kept
+    finally:
+        POLICY.release(at_collection=False, middle=True)
+
+
 def test_the_environment_switches_it_off() -> None:
     thresholds = gc.get_threshold()
     with survivors_frozen({ENVIRONMENT: "0"}) as tuned:
@@ -83,7 +125,7 @@ def test_the_environment_switches_it_off() -> None:
 
 def test_a_bad_environment_value_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     with (
-        pytest.raises(ConfigError, match=f"{ENVIRONMENT}: must be 0, 1 or full, got 'yes'"),
+        pytest.raises(ConfigError, match=f"{ENVIRONMENT}: must be 0, 1, full or young, got 'yes'"),
         survivors_frozen({ENVIRONMENT: "yes"}),
     ):
         pass
@@ -92,7 +134,7 @@ def test_a_bad_environment_value_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
         Simulation(parse_project()).run()
     done = run_fair_share("examples/project-root.yaml")
     assert done.exit_code != 0
-    assert f"{ENVIRONMENT}: must be 0, 1 or full, got 'on'" in done.output
+    assert f"{ENVIRONMENT}: must be 0, 1, full or young, got 'on'" in done.output
 
 
 def parse_project() -> Any:

@@ -105,6 +105,8 @@ class GcTuning:
         self.tuned = False
         self.middle = False
         """Whether the held policy freezes each middle collection's survivors (``POOLTREE_GC_TUNING=1``)."""
+        self.young = False
+        """Whether it freezes every collection's survivors, young ones too (``POOLTREE_GC_TUNING=young``)."""
         self._began: float | None = None
         self._began_cpu = 0.0
         """The collecting thread's CPU clock at the collection's start (only while ``heartbeat_trace.py`` is on)."""
@@ -170,9 +172,10 @@ class GcTuning:
             gc.callbacks.remove(self._callback)
         if self.tuned:
             # the last holder unfreezes and restores the thresholds
-            POLICY.release(at_collection=False, middle=self.middle)
+            POLICY.release(at_collection=False, middle=self.middle, young=self.young)
             self.tuned = False
             self.middle = False
+            self.young = False
             self._frozen = None
             self.valve_baseline = None
 
@@ -182,8 +185,9 @@ class GcTuning:
         """After revival and start-up: hold the policy (short-walk thresholds, survivors of each full collection
         frozen at the next ``tick``), one full collection, freeze what survives."""
         if not self.tuned:
-            self.middle = tuning_mode() == "1"
-            POLICY.acquire(at_collection=False, middle=self.middle)
+            mode = tuning_mode()
+            self.middle, self.young = mode == "1", mode == "young"
+            POLICY.acquire(at_collection=False, middle=self.middle, young=self.young)
             self.tuned = True
         self._settling = True  # start-up's own collection is not a pause anyone waits for: not counted
         try:

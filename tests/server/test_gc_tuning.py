@@ -108,6 +108,30 @@ def test_frozen_objects_are_counted_at_most_once_per_period(monkeypatch: pytest.
     assert len(counts) == 2
 
 
+def test_young_collections_freeze_their_survivors_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POOLTREE_GC_TUNING=young: a young collection's survivors are frozen at its end, so no middle collection walks
+    them again (the default, ``1``, leaves them to the next middle collection)."""
+    monkeypatch.setenv("POOLTREE_GC_TUNING", "young")
+    service = _service(tmp_path, tune_gc=True)
+
+    async def scenario() -> None:
+        await service.start()
+        try:
+            assert gc.get_threshold() == THRESHOLDS
+            frozen = gc.get_freeze_count()
+            kept = [[index] for index in range(5_000)]
+            gc.collect(0)
+            assert gc.get_freeze_count() >= frozen + len(kept)
+            assert gc.get_objects(generation=1) == [] and gc.get_objects(generation=2) == []
+        finally:
+            await service.stop()
+
+    asyncio.run(scenario())
+    assert gc.get_freeze_count() == 0
+
+
 def test_middle_collections_freeze_their_survivors_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -122,6 +146,8 @@ def test_middle_collections_freeze_their_survivors_at_once(
         try:
             frozen = gc.get_freeze_count()
             kept = [[index] for index in range(5_000)]
+            gc.collect(0)
+            assert gc.get_freeze_count() < frozen + len(kept)  # a young collection's survivors are not
             gc.collect(1)
             assert gc.get_freeze_count() >= frozen + len(kept)
             # the old generation is empty: a full walk is a short one
@@ -166,7 +192,8 @@ def test_environment_modes_are_checked() -> None:
     assert tuning_mode({}) == "1"
     assert tuning_mode({"POOLTREE_GC_TUNING": "full"}) == "full"
     assert tuning_enabled({"POOLTREE_GC_TUNING": "full"}) is True
-    with pytest.raises(ConfigError, match="0, 1 or full"):
+    assert tuning_mode({"POOLTREE_GC_TUNING": "young"}) == "young"
+    with pytest.raises(ConfigError, match="0, 1, full or young"):
         tuning_mode({"POOLTREE_GC_TUNING": "middle"})
 
 
