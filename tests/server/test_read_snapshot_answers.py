@@ -48,7 +48,7 @@ class _SeededSecrets:
 @pytest.fixture
 def seeded_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(model, "secrets", _SeededSecrets(25))
-    monkeypatch.setattr(model, "_GUID_BITS", [])
+    monkeypatch.setattr(model, "_GUIDS", [])
     yield
 
 
