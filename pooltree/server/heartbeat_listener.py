@@ -11,7 +11,10 @@ The nodes need no second address: they are configured with the scheduler's API U
 sent there names this listener (``wire.HEARTBEAT_URL``, on the host the node reached the scheduler at, the way
 node shards are named), which the node agent follows; a heartbeat the listener does not answer (connection
 refused, 502/503) goes back to the API's port, which answers it and names the listener again. The same handler
-(``SchedulerService._heartbeat``) answers both ports: the same authentication, errors, throttling and scheduling.
+(``heartbeat_flight.HeartbeatFlight``) answers both ports: the same authentication, errors, throttling and
+scheduling; on the listener, plain heartbeats reach it past ASGI (``SchedulerService.direct_heartbeat``, through
+``leader.HeartbeatEntry``: ``heartbeat_protocol.DirectHeartbeats``), with no task, scope or coroutine chain per
+heartbeat.
 """
 
 from __future__ import annotations

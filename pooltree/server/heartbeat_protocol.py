@@ -16,8 +16,9 @@ take, a request still partial after ``PARTIAL_SECONDS``) hands the connection, w
 request onwards, to uvicorn's protocol (``BoundedHeadersProtocol``) for the rest of its life, as uvicorn hands a
 connection to its WebSocket protocol: such requests get exactly the answers they got before.
 
-An app that also offers ``direct_heartbeat`` (``DirectHeartbeats``: a node shard process's, ``shards/process.py``)
-gets the plain heartbeats this protocol takes past ASGI: called with the head's headers, the whole body and the
+An app that also offers ``direct_heartbeat`` (``DirectHeartbeats``: the scheduler's heartbeat listener's,
+``leader.HeartbeatEntry``, and a node shard process's, ``shards/process.py``) gets the plain heartbeats this
+protocol takes past ASGI: called with the head's headers, the whole body and the
 connection's addresses, it answers through ``Answering`` (status, headers, body: written as ``_write_whole``
 writes an ASGI answer), at once or later from the loop, with no task, scope or messages per request (in a shard
 process the ASGI layers, the task and the future a forwarded heartbeat waited on were a quarter of its
@@ -34,9 +35,13 @@ import asyncio
 import http
 import logging
 import re
+from functools import lru_cache
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-from pooltree.node.wire import HEARTBEAT_PATH
+from starlette.responses import Response
+
+from pooltree.node.wire import HEARTBEAT_PATH, MEDIA_TYPE
 from pooltree.server.heartbeat_trace import TRACE, SpanCpu
 from pooltree.server.http_protocol import ARRIVED, ARRIVED_CPU, BODY_WHOLE, BoundedHeadersProtocol
 
@@ -64,11 +69,14 @@ _STATUS_LINES = {
 
 
 RawHeaders = list[tuple[bytes, bytes]]
+_ANSWER_TYPE = MEDIA_TYPE.encode("latin-1")
 
 
 class Answering:
     """One plain heartbeat given to an app's ``direct_heartbeat``: ``answer`` it once (now or later, on the loop),
-    or ``fail`` (what a crashed ASGI app gets: logged, a 500 when nothing was written, the connection closed)."""
+    or ``fail`` (what a crashed ASGI app gets: logged, a 500 when nothing was written, the connection closed).
+    ``arrived`` and ``arrived_cpu`` are the scope's ``ARRIVED`` and ``ARRIVED_CPU`` of the ASGI path, read while
+    ``direct_heartbeat`` runs."""
 
     __slots__ = ("_protocol", "_serial")
 
@@ -76,13 +84,56 @@ class Answering:
         self._protocol = protocol
         self._serial = serial
 
+    @property
+    def arrived(self) -> float:
+        return self._protocol.arrived
+
+    @property
+    def arrived_cpu(self) -> SpanCpu | None:
+        return self._protocol.arrived_cpu
+
     def answer(self, status: int, headers: RawHeaders, body: bytes) -> None:
         """The answer: ``status``, the app's ``headers`` (names lowercase; uvicorn's default ones are added) and
         ``body``; nothing when the connection is gone."""
         self._protocol._answered(self._serial, status, headers, body)
 
+    def route_answer(self, result: bytes | Response) -> None:
+        """``result`` as ``heartbeats.HeartbeatRoute`` sends it: an answer's body (200) with its length and the
+        wire's media type, an error's ``Response`` as Starlette sends one (no background task)."""
+        if isinstance(result, Response):
+            self.answer(result.status_code, result.raw_headers, bytes(result.body))
+            return
+        self.answer(200, [(b"content-length", b"%d" % len(result)), (b"content-type", _ANSWER_TYPE)], result)
+
     def fail(self, error: BaseException) -> None:
         self._protocol._failed(self._serial, error)
+
+
+def header_value(headers: RawHeaders, name: bytes) -> str:
+    """Starlette's ``Headers(scope=scope).get(name, "")`` of a request whose header names are lowercase."""
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return ""
+
+
+@lru_cache(maxsize=64)
+def _host_name(scheme: str, netloc: str) -> str | None:
+    return urlsplit(f"{scheme}://{netloc}").hostname
+
+
+def hostname_of(headers: RawHeaders, server: tuple[str, int] | None, scheme: str = "http") -> str | None:
+    """Starlette's ``Request(scope).url.hostname`` of a request with ``headers`` (names lowercase) that reached
+    ``server`` (the host a node reached this listener at: its Host header, else the server's address), without
+    building the request's whole URL; nodes send few distinct Host headers, so each is split once."""
+    for key, value in headers:
+        if key == b"host":
+            return _host_name(scheme, value.decode("latin-1"))
+    if server is None:
+        return None
+    host, port = server
+    default = {"http": 80, "https": 443, "ws": 80, "wss": 443}.get(scheme)
+    return _host_name(scheme, host if port == default else f"{host}:{port}")
 
 
 class DirectHeartbeats(Protocol):
@@ -110,6 +161,11 @@ class HeartbeatProtocol(asyncio.Protocol):
         self.app = config.loaded_app
         self.direct: DirectHeartbeats | None = getattr(self.app, "direct_heartbeat", None)
         """The app's way past ASGI for plain heartbeats, if it has one."""
+        self.after_reads = self.direct is not None and bool(getattr(self.app, "direct_after_reads", False))
+        """The app's ``direct_after_reads``: requests are taken from the loop's ready queue (``call_soon``), in turn
+        with its other callbacks, not in the read that completed them (see ``data_received``)."""
+        self.taking = False
+        """``after_reads``: a ``_take`` is queued on the loop."""
         self.answering_now = False
         """``direct`` is running: an answer it gives now leaves taking the next request to ``_next``."""
         self.loop = _loop or asyncio.get_event_loop()
@@ -172,7 +228,21 @@ class HeartbeatProtocol(asyncio.Protocol):
                 self.paused = True
                 self.transport.pause_reading()
             return
+        if self.after_reads:
+            # An app whose heartbeat is real work (the scheduler's: the lock, a scheduling pass) takes it from the
+            # loop's ready queue, as a task would: the loop's turn of reads stays short, and the group commit's
+            # wake-ups of heartbeats already processed (queued meanwhile) are not held behind the turn's new
+            # heartbeats; ``arrived`` to the take is the wait the throttle's ``queued`` limit reads.
+            if not self.taking:
+                self.taking = True
+                self.loop.call_soon(self._take)
+            return
         self._next()
+
+    def _take(self) -> None:
+        self.taking = False
+        if not (self.busy or self.write_paused or self.closing or self.disconnected or self.handed_over):
+            self._next()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.disconnected = True

@@ -41,7 +41,7 @@ from pooltree.reads.peer import peer_line_protocol, stamped
 from pooltree.reads.relay import UPSTREAM_KEEP_ALIVE
 from pooltree.security.sealing import Sealer
 from pooltree.server.heartbeat_listener import HeartbeatListener, bind_socket, listener_settings
-from pooltree.server.heartbeat_protocol import HeartbeatProtocol
+from pooltree.server.heartbeat_protocol import Answering, HeartbeatProtocol, RawHeaders
 from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import error_json, error_to_dict, header_text
 from pooltree.server.store import STORE_UNAVAILABLE, Store, StoreError, StoreRefused, open_store
@@ -79,6 +79,18 @@ class LeadingService(Protocol):
 
     async def heartbeat_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Where the heartbeat listener's requests go while this process leads (on the listener's loop)."""
+        ...
+
+    def direct_heartbeat(
+        self,
+        headers: RawHeaders,
+        body: bytes,
+        client: tuple[str, int] | None,
+        server: tuple[str, int] | None,
+        answering: Answering,
+    ) -> None:
+        """Where the heartbeat listener's plain heartbeats go past ASGI while this process leads
+        (``heartbeat_protocol.DirectHeartbeats``)."""
         ...
 
     def store_health(self) -> dict[str, Any]: ...
@@ -122,6 +134,35 @@ def http_config(
         proxy_headers=False,
         access_log=False,
     )
+
+
+class HeartbeatEntry:
+    """The heartbeat listener's app: ``SchedulerRunner._heartbeat_entry`` through ASGI, and the leading service's
+    ``direct_heartbeat`` for the plain heartbeats the listener's protocol takes (``heartbeat_protocol.py``), a 503
+    while no service leads here (a node that gets it goes back to its scheduler list)."""
+
+    direct_after_reads = True
+    """Its heartbeats are real work: taken from the loop's ready queue (``HeartbeatProtocol.after_reads``)."""
+
+    def __init__(self, runner: SchedulerRunner) -> None:
+        self.runner = runner
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.runner._heartbeat_entry(scope, receive, send)
+
+    def direct_heartbeat(
+        self,
+        headers: RawHeaders,
+        body: bytes,
+        client: tuple[str, int] | None,
+        server: tuple[str, int] | None,
+        answering: Answering,
+    ) -> None:
+        service = self.runner.service
+        if service is not None:
+            service.direct_heartbeat(headers, body, client, server, answering)
+            return
+        answering.answer(*self.runner._unavailable_answer())
 
 
 class SchedulerRunner:
@@ -263,6 +304,12 @@ class SchedulerRunner:
         return f"Scheduler store is unavailable, nothing is acknowledged: {reason}"
 
     async def _unavailable(self, send: Any) -> None:
+        status, headers, body = self._unavailable_answer()
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _unavailable_answer(self) -> tuple[int, RawHeaders, bytes]:
+        """The 503 a request gets while no service leads here: (status, headers, body)."""
         attributes: dict[str, Any] = {"role": self.role, "store": self.public_store_url}
         if self.leader is not None:
             attributes["leader"] = self.leader.to_json()
@@ -278,8 +325,7 @@ class SchedulerRunner:
             (b"x-yt-response-code", str(STORE_UNAVAILABLE).encode()),
             (b"x-yt-response-message", header_text(body["message"]).encode("latin-1", "replace")),
         ]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": text.encode()})
+        return 503, headers, text.encode()
 
     async def _heartbeat_entry(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """The heartbeat listener's ASGI app (on its own loop): the leading service's heartbeats, else 503 (a
@@ -382,8 +428,8 @@ class SchedulerRunner:
                 f"scheduler heartbeat listener cannot listen on {self.host}:{port}: {error.strerror or error}"
             ) from None
         # plain heartbeats past uvicorn's request machinery, anything else by uvicorn (``heartbeat_protocol.py``)
-        config = http_config(self._heartbeat_entry, self.host, port, http=HeartbeatProtocol)
-        config.interface = "asgi3"  # a bound coroutine method: uvicorn's guess would take it for ASGI 2
+        config = http_config(HeartbeatEntry(self), self.host, port, http=HeartbeatProtocol)
+        config.interface = "asgi3"
         listener_settings(config)
         listener = HeartbeatListener(config, sock)
         await run_in_threadpool(listener.start)

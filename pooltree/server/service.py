@@ -36,27 +36,28 @@ from pooltree.reads.feed import ReadFeed as PendingReadFeed
 from pooltree.reads.health import ReadFeedMetrics, ReadProcessHealth, ReadProcessMetrics
 from pooltree.reads.seam import ReadFeed
 from pooltree.security import Security
-from pooltree.security.guard import bootstrap_operator_check, is_loopback
+from pooltree.security.guard import NODE_SECRET_HEADER, bootstrap_operator_check, is_loopback
 from pooltree.server.access import ServiceResolver
 from pooltree.server.app import DirectCommands, create_app, new_request_id, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.cypress_watch import USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
+from pooltree.server.heartbeat_flight import HeartbeatFlight
 from pooltree.server.heartbeat_listener import url_for
-from pooltree.server.heartbeat_trace import TRACE, SpanCpu
+from pooltree.server.heartbeat_protocol import Answering, RawHeaders, header_value
+from pooltree.server.heartbeat_trace import TRACE
 from pooltree.server.heartbeats import (
     MAX_HEARTBEAT_BYTES,
     HeartbeatRoute,
     RunningReports,
-    decode_heartbeat,
     read_heartbeat_body,
 )
 from pooltree.server.http_protocol import ARRIVED, ARRIVED_CPU
 from pooltree.server.knobs import seconds_override
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
-from pooltree.server.live.jobs import DeferredHeartbeat, Then
-from pooltree.server.live.tail import HeartbeatTail, PhaseClock, TailCollector
+from pooltree.server.live.jobs import Then
+from pooltree.server.live.tail import HeartbeatTail, TailCollector
 from pooltree.server.live.throttle import ThrottleSettings
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
@@ -69,6 +70,8 @@ from pooltree.shards.remote import ProcessShardStarts
 from pooltree.web.app import WebUI
 
 log = logging.getLogger(__name__)
+
+_SECRET_HEADER = NODE_SECRET_HEADER.encode("latin-1")
 
 DEFAULT_TREE = "default"
 DEFAULT_TREE_CREATED_KEY = "default_pool_tree_created"
@@ -355,99 +358,59 @@ class SchedulerService:
         return answer if isinstance(answer, Response) else Response(answer, media_type=wire.MEDIA_TYPE)
 
     async def heartbeat_answer(self, scope: dict[str, Any], receive: Any) -> bytes | Response:
-        """One heartbeat request: the answer's body (200, JSON) or an error's response."""
-        request_id = new_request_id()
-        arrived = scope.get(ARRIVED)  # how long it waited for this handler: the loop's backlog
-        queued = asyncio.get_running_loop().time() - arrived if arrived is not None else 0.0
-        clock, paused = PhaseClock(queued), GC.paused_seconds
-        span = (scope.get(ARRIVED_CPU) or SpanCpu()) if TRACE.enabled else None
+        """One heartbeat request through ASGI: the answer's body (200, JSON) or an error's response. Authenticated
+        before its body is read (refused before read whole), then the flight ``direct_heartbeat`` makes, awaited
+        (``heartbeat_flight.py``: decoding, throttling, scheduling, the wait for the store, tracing)."""
+        done: asyncio.Future[bytes | Response] = asyncio.get_running_loop().create_future()
+
+        def answered(result: bytes | Response) -> None:
+            if not done.done():  # (cancelled: the server stopping)
+                done.set_result(result)
+
+        client = scope.get("client")
+        peer = client[0] if client else None
+        flight = HeartbeatFlight(self, peer, scope.get(ARRIVED), scope.get(ARRIVED_CPU), answered)
         try:
-            client = scope.get("client")
-            peer = client[0] if client else None
             self.security.authenticate_node(Headers(scope=scope), peer)
             self.store.check_writable()
-            body = await read_heartbeat_body(scope, receive)  # refused before read whole
-            on_listener = ON_LISTENER in scope
-            reports = self._listener_reports if on_listener else self._running_reports  # one per event loop
-            heartbeat = decode_heartbeat(body, reports)
-            limit = self.enter_heartbeat(heartbeat, queued)  # counted in flight from here
-            names = self.shards is not None or (self.heartbeat_port is not None and not on_listener)
-            hostname = Request(scope).url.hostname if names else None  # parsed only when named
-            clock.mark_decoded()
-            try:
-                response = await self._answer_heartbeat_async(
-                    heartbeat, peer, limit is not None, hostname, clock
-                )
-            finally:
-                self.leave_heartbeat()
-            answer = wire.encode(response)
-            phases, gc_seconds = clock.phases(), GC.paused_seconds - paused
-            self.tail.record(heartbeat.address, phases, gc_seconds)
-            if span is not None:
-                TRACE.heartbeat(heartbeat.address, phases, gc_seconds, span)
-            return answer
-        except PooltreeError as error:
-            return self._api.error_response(error, request_id)
+            body = await read_heartbeat_body(scope, receive)
         except Exception as error:
-            log.exception("node heartbeat failed unexpectedly (request %s)", request_id)
-            return self._api.error_response(
-                YtError(f"Internal error while processing the heartbeat: {type(error).__name__}: {error}"),
-                request_id,
-            )
+            flight.fail(error)
+            return done.result()
+        on_listener = ON_LISTENER in scope
+        reports = self._listener_reports if on_listener else self._running_reports  # one per event loop
+        names = self.shards is not None or (self.heartbeat_port is not None and not on_listener)
+        flight.begin(body, reports, names, scope["headers"], scope.get("server"))
+        return await done
 
-    async def _answer_heartbeat_async(
+    def direct_heartbeat(
         self,
-        heartbeat: HeartbeatRequest,
-        peer: str | None,
-        throttled: bool,
-        hostname: str | None,
-        clock: PhaseClock | None = None,
-    ) -> dict[str, Any]:
-        """``answer_heartbeat`` on the event loop: the heartbeat is processed right here when the scheduling lock
-        is free (its work is a fraction of a millisecond; a hop to a worker thread and back cost about as much);
-        when the lock is busy (a fair-share update, a command) it waits for the lock's release without blocking
-        the loop (``live/lock.py``) and tries again; its job records are stored by the group commit, whose
-        write runs on the group commit's thread (``GroupCommit.wait_async``). A heartbeat that would first publish a
-        stale tree (a fair-share pass) is answered on a heartbeat thread. ``clock``: its phases' marks."""
-        clock = clock or PhaseClock(0.0)
-        threads = self._heartbeat_threads
-        scheduler = self.scheduler
-        if threads is None:  # not started (a test client of ``app``): Starlette's threads
-            return await run_in_threadpool(self.answer_heartbeat, heartbeat, peer, throttled, hostname)
-        loop = asyncio.get_running_loop()
-        self.store.check_writable()
-        self.security.bind_node(heartbeat.address, peer)
-        began = time.perf_counter()
-        while True:
-            clock.mark_try()
-            # the publish, the heartbeat and its commit on a heartbeat thread: processing
-            if scheduler.publishing:
-                response = await loop.run_in_executor(
-                    threads, self.answer_heartbeat, heartbeat, peer, throttled, hostname
-                )
-                clock.mark_processed()
-                return response
-            attempt = scheduler.try_process_heartbeat(heartbeat, self.clock(), throttled=throttled)
-            if attempt is not None:
-                break
-            released = scheduler.lock.released(loop)
-            clock.mark_try()
-            attempt = scheduler.try_process_heartbeat(heartbeat, self.clock(), throttled=throttled)
-            if attempt is not None:
-                break
-            if not scheduler.publishing:  # else: to a heartbeat thread, at the top
-                await released
-        if isinstance(attempt, DeferredHeartbeat):
-            # its reports made a tree stale: published computed apart, then scheduled, on a heartbeat thread
-            attempt = await loop.run_in_executor(threads, attempt.finish)
-        response, ticket = attempt
-        clock.mark_processed()
+        headers: RawHeaders,
+        body: bytes,
+        client: tuple[str, int] | None,
+        server: tuple[str, int] | None,
+        answering: Answering,
+    ) -> None:
+        """A plain heartbeat the heartbeat listener's protocol read whole, past ASGI
+        (``heartbeat_protocol.DirectHeartbeats``, on the listener's loop): ``heartbeat_answer``'s work and answers,
+        with no task, scope or coroutine (``heartbeat_flight.py``)."""
+        peer = client[0] if client else None
+        flight = HeartbeatFlight(self, peer, answering.arrived, answering.arrived_cpu, answering.route_answer)
         try:
-            clock.mark_committed(await scheduler.commits.wait_async(ticket))
-        finally:
-            scheduler.record_duration("heartbeat", time.perf_counter() - began)
-        self._name_shard(response, heartbeat.address, hostname)
-        return response
+            if self.security.authentication:
+                secret = header_value(headers, _SECRET_HEADER)
+                self.security.authenticate_node({NODE_SECRET_HEADER: secret}, peer)
+            self.store.check_writable()
+        except Exception as error:
+            flight.fail(error)
+            return
+        flight.begin(body, self._listener_reports, self.shards is not None, headers, server)
+
+    @property
+    def heartbeat_threads(self) -> ThreadPoolExecutor | None:
+        """Threads for heartbeats that publish a stale tree first (from ``start`` to ``stop``; None: the loop's
+        default executor's, a test client's)."""
+        return self._heartbeat_threads
 
     def enter_heartbeat(self, heartbeat: HeartbeatRequest, queued: float = 0.0) -> str | None:
         """Count a heartbeat in flight (``throttle.py``; ``queued``: seconds it waited for its handler); the limit
@@ -460,11 +423,16 @@ class SchedulerService:
     def leave_heartbeat(self) -> None:
         self.scheduler.heartbeat_throttle.leave()
 
-    def render_error(self, error: BaseException, request_id: str) -> tuple[int, dict[str, str], bytes]:
-        """``error`` as the heartbeat route answers it (status, ``X-YT-*`` headers, body), for a node shard."""
+    def heartbeat_error(self, error: BaseException, request_id: str) -> Response:
+        """``error`` as the heartbeat route answers it: a ``PooltreeError`` as its YT error, anything else as an
+        internal error."""
         if not isinstance(error, PooltreeError):
             error = YtError(f"Internal error while processing the heartbeat: {type(error).__name__}: {error}")
-        response = self._api.error_response(error, request_id)
+        return self._api.error_response(error, request_id)
+
+    def render_error(self, error: BaseException, request_id: str) -> tuple[int, dict[str, str], bytes]:
+        """``error`` as the heartbeat route answers it (status, ``X-YT-*`` headers, body), for a node shard."""
+        response = self.heartbeat_error(error, request_id)
         headers = {k: v for k, v in response.headers.items() if k.lower().startswith("x-yt-")}
         return response.status_code, headers, bytes(response.body)
 
@@ -499,10 +467,10 @@ class SchedulerService:
         response, ticket = self.scheduler.process_heartbeat_unwaited(
             heartbeat, self.clock(), throttled=throttled, then=then
         )
-        self._name_shard(response, heartbeat.address, hostname)
+        self.name_shard(response, heartbeat.address, hostname)
         return response, ticket
 
-    def _name_shard(self, response: dict[str, Any], address: str, hostname: str | None) -> None:
+    def name_shard(self, response: dict[str, Any], address: str, hostname: str | None) -> None:
         """With node shards, the answer names the node's shard (``wire.HEARTBEAT_URL``); without, an answer on the
         API's port (``hostname`` given) names the heartbeat listener when there is one."""
         if self.shards is not None:

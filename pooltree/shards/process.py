@@ -38,10 +38,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
-from urllib.parse import urlsplit
 
 import uvicorn
 from starlette.applications import Starlette
@@ -56,7 +55,14 @@ from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
 from pooltree.server.app import error_response, new_request_id
 from pooltree.server.heartbeat_listener import LISTEN_BACKLOG, listener_settings, open_files_for_nodes
-from pooltree.server.heartbeat_protocol import Answering, DirectHeartbeats, HeartbeatProtocol, RawHeaders
+from pooltree.server.heartbeat_protocol import (
+    Answering,
+    DirectHeartbeats,
+    HeartbeatProtocol,
+    RawHeaders,
+    header_value,
+    hostname_of,
+)
 from pooltree.server.heartbeats import (
     HeartbeatRoute,
     RunningReports,
@@ -79,50 +85,14 @@ log = logging.getLogger(__name__)
 HEARTBEAT_PATH = wire.HEARTBEAT_PATH
 
 
-_ANSWER_TYPE = wire.MEDIA_TYPE.encode("latin-1")
 _SECRET_HEADER = NODE_SECRET_HEADER.lower().encode("latin-1")
-
-
-@lru_cache(maxsize=64)
-def _host_name(scheme: str, netloc: str) -> str | None:
-    return urlsplit(f"{scheme}://{netloc}").hostname
 
 
 def request_hostname(scope: dict[str, Any]) -> str | None:
     """Starlette's ``Request(scope).url.hostname`` (the host the node reached this shard at: its Host header, else
     the server's address) without building the request's whole URL, which cost this process 5% of its CPU per
-    heartbeat; a shard's nodes send few distinct Host headers, so each is split once."""
+    heartbeat (``heartbeat_protocol.hostname_of``)."""
     return hostname_of(scope["headers"], scope.get("server"), scope.get("scheme", "http"))
-
-
-def hostname_of(headers: RawHeaders, server: tuple[str, int] | None, scheme: str = "http") -> str | None:
-    """``request_hostname`` of a request with ``headers`` (names lowercase) that reached ``server``."""
-    for key, value in headers:
-        if key == b"host":
-            return _host_name(scheme, value.decode("latin-1"))
-    if server is None:
-        return None
-    host, port = server
-    default = {"http": 80, "https": 443, "ws": 80, "wss": 443}.get(scheme)
-    return _host_name(scheme, host if port == default else f"{host}:{port}")
-
-
-def _header(headers: RawHeaders, name: bytes) -> str:
-    """Starlette's ``Headers(scope=scope).get(name, "")`` of a request whose header names are lowercase."""
-    for key, value in headers:
-        if key == name:
-            return value.decode("latin-1")
-    return ""
-
-
-def _answer(answering: Answering, result: bytes | Response) -> None:
-    """``result`` as ``HeartbeatRoute`` sends it: an answer's body with its length and the wire's media type, an
-    error's ``Response`` as Starlette sends one (no background task)."""
-    if isinstance(result, Response):
-        answering.answer(result.status_code, result.raw_headers, bytes(result.body))
-        return
-    headers = [(b"content-length", b"%d" % len(result)), (b"content-type", _ANSWER_TYPE)]
-    answering.answer(200, headers, result)
 
 
 class LeaderGone(YtError):
@@ -250,7 +220,7 @@ class ShardServer:
         result: bytes | Response
         try:
             if self.settings.authentication:
-                self._check(_header(headers, _SECRET_HEADER), peer)
+                self._check(header_value(headers, _SECRET_HEADER), peer)
             local, address = self._arrived(body, peer)
             if local is None:
                 payload = (pack(body), peer, hostname_of(headers, server), self.nodes.take_skips())
@@ -261,7 +231,7 @@ class ShardServer:
             result = self._refused(error)
         except (OSError, ValueError, EOFError) as error:  # the pipe to the leader is broken
             result = self._lost(error)
-        _answer(answering, result)
+        answering.route_answer(result)
 
     def _forwarded(
         self, answering: Answering, address: str, peer: str | None, reply: tuple[Any, ...]
@@ -272,7 +242,7 @@ class ShardServer:
         except Exception as error:
             answering.fail(error)
             return
-        _answer(answering, result)
+        answering.route_answer(result)
 
     def _check(self, secret: str, peer: str | None) -> None:
         """The node secret and network check (a YT error when the node may not heartbeat here)."""

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
+import inspect
 import resource
+import select
 import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,15 +30,16 @@ from pooltree.node.service import MAX_PERIOD, NODE_SECRET_HEADER, heartbeat_clie
 from pooltree.reads import relay
 from pooltree.server.heartbeat_listener import OPEN_FILES_CAP
 from pooltree.server.heartbeat_protocol import HeartbeatProtocol
-from pooltree.server.leader import SchedulerRunner, http_config
+from pooltree.server.leader import HeartbeatEntry, SchedulerRunner, http_config
 from pooltree.server.live.jobs import DeferredHeartbeat
+from pooltree.server.live.throttle import ThrottleSettings
 from pooltree.server.service import SchedulerService
-from pooltree.server.store import Store
+from pooltree.server.store import STORE_UNAVAILABLE, Store
 
 sys.path.insert(0, str(Path(__file__).parent))
-from heartbeat_maps import node_heartbeat
+from heartbeat_maps import comparable_answer, node_heartbeat, published
 from live_cluster import NODE_SECRET, ROOT_TOKEN, Loop, auth_headers
-from loopback import read_answer
+from loopback import ServerThread, read_answer
 from polling import wait_for
 
 from pooltree.cli.live import parse_heartbeat_port
@@ -46,12 +52,20 @@ class Runner:
     """A ``SchedulerRunner`` with a heartbeat listener (port 0) on a SQLite file, served from a background loop;
     ``service`` is the leading ``SchedulerService``."""
 
-    def __init__(self, loop: Loop, root: Path, heartbeat_port: int | None = 0) -> None:
+    def __init__(
+        self,
+        loop: Loop,
+        root: Path,
+        heartbeat_port: int | None = 0,
+        wrap_store: Callable[[Store], None] | None = None,
+    ) -> None:
         self.loop = loop
         self.services: list[SchedulerService] = []
         ready: concurrent.futures.Future[str] = concurrent.futures.Future()
 
         def factory(store: Store) -> SchedulerService:
+            if wrap_store is not None:
+                wrap_store(store)
             service = SchedulerService(
                 store, token=ROOT_TOKEN, node_secret=NODE_SECRET, create_default_tree=True
             )
@@ -314,3 +328,238 @@ def test_open_files_are_raised_to_the_hard_limit() -> None:
     expected = min(hard_was, OPEN_FILES_CAP) if hard_was != resource.RLIM_INFINITY else OPEN_FILES_CAP
     low = 256 if hard_was == resource.RLIM_INFINITY else min(256, hard_was)
     assert before == low and after == soft_now == expected and hard_now == hard_was
+
+
+def _raw_heartbeat(host: str, port: int, body: bytes, secret: str | None = NODE_SECRET) -> bytes:
+    """A heartbeat request as a node sends it (plain: the listener's protocol takes it past ASGI)."""
+    extra = f"{NODE_SECRET_HEADER}: {secret}\r\n" if secret is not None else ""
+    head = (
+        f"POST {wire.HEARTBEAT_PATH} HTTP/1.1\r\nHost: {host}:{port}\r\n{extra}"
+        f"Content-Type: {wire.MEDIA_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _listener_of(runner: Runner) -> tuple[str, int]:
+    first = httpx.post(runner.url + wire.HEARTBEAT_PATH, content=_beat("n0"), headers=NODE, timeout=WAIT)
+    named = urlsplit(wire.decode(first.content)[wire.HEARTBEAT_URL])
+    assert named.hostname is not None and named.port is not None
+    return named.hostname, named.port
+
+
+def _not_through_asgi(monkeypatch: Any) -> list[str]:
+    """The paths of the requests that reach the listener's ASGI side from here on."""
+    through: list[str] = []
+    asgi = SchedulerService.heartbeat_asgi
+
+    async def counted(self: SchedulerService, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        through.append(scope["path"])
+        await asgi(self, scope, receive, send)
+
+    monkeypatch.setattr(SchedulerService, "heartbeat_asgi", counted)
+    return through
+
+
+def test_the_listeners_refusals_past_asgi(runner: Runner, monkeypatch: Any) -> None:
+    """Plain heartbeats on the listener are answered past ASGI (``SchedulerService.direct_heartbeat``) with the
+    route's refusals, over a real socket: no node secret or a wrong one, 401 with YT error 900 naming the node
+    secret; a malformed body, 400 naming the field; a body that is not JSON, 400 naming ``heartbeat``. Nothing
+    reaches the listener's ASGI side (on the code before the direct path every one did)."""
+    host, port = _listener_of(runner)
+    through = _not_through_asgi(monkeypatch)
+    cases: list[tuple[bytes, str | None, int, int | None, str | None]] = [
+        (_beat("n2"), None, 401, 900, None),
+        (_beat("n2"), "ptns-wrong", 401, 900, None),
+        (wire.encode({"node_address": "n2"}), NODE_SECRET, 400, None, "resource_limits"),
+        (b"{not json", NODE_SECRET, 400, None, "heartbeat"),
+    ]
+    with socket.create_connection((host, port), timeout=WAIT) as sock:
+        held = bytearray()
+        for body, secret, status, code, field in cases:
+            sock.sendall(_raw_heartbeat(host, port, body, secret))
+            got, headers, content = read_answer(sock, held)
+            error = wire.decode(content)
+            assert got == status, content
+            assert headers["x-yt-response-code"] == str(error["code"])
+            if code is not None:
+                assert error["code"] == code and "node secret" in error["message"].lower()
+            if field is not None:
+                assert error["attributes"]["field"] == field, error
+    assert through == []
+    assert runner.service.scheduler.heartbeat_throttle.in_flight == 0
+
+
+IN_FLIGHT = 8
+
+
+def _live(objects: list[Any]) -> tuple[int, int]:
+    """(coroutines, asyncio tasks) among ``objects``."""
+    coroutines = sum(1 for thing in objects if inspect.iscoroutine(thing))
+    tasks = sum(1 for thing in objects if isinstance(thing, asyncio.Task))
+    return coroutines, tasks
+
+
+def test_the_listener_answers_a_heartbeat_once_its_records_are_stored_with_no_task_or_coroutine_chain(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Heartbeats that start allocations wait, on the listener's loop, for the group commit to store their job
+    records: while the store's write is held none is answered, each holds no task and at most one coroutine (the
+    group commit's ``wait_async``, stepped by its flight), none reached the ASGI side; once the write is let go
+    each is answered, and what it starts is in the store. Through ASGI each heartbeat in flight held a task and
+    nine coroutines (``bench/RESULTS.md``, session 37, ``startcost4``)."""
+    gate = threading.Event()
+    gate.set()
+    held = threading.Event()
+
+    def gated(store: Store) -> None:
+        for name in ("put_jobs", "put_operations"):
+            write = getattr(store, name)
+
+            def wait_then(*args: Any, _write: Any = write) -> Any:
+                if not gate.is_set():
+                    held.set()
+                    assert gate.wait(WAIT)
+                return _write(*args)
+
+            setattr(store, name, wait_then)
+
+    loop = Loop()
+    runner = Runner(loop, tmp_path, wrap_store=gated)
+    socks: list[socket.socket] = []
+    try:
+        host, port = _listener_of(runner)
+        live = runner.service.scheduler
+        spec = {"tasks": {"main": {"command": "true", "job_count": 200, "cpu_limit": 1}}}
+        with live.lock:
+            operation = live.start_operation("vanilla", spec, "alice", 1.0).id
+        assert published(live, operation, WAIT)
+        wait_for(
+            lambda: (
+                httpx.post(
+                    f"http://{host}:{port}{wire.HEARTBEAT_PATH}",
+                    content=_beat("n0"),
+                    headers=NODE,
+                    timeout=WAIT,
+                )
+                .json()
+                .get(wire.START)
+            ),
+            WAIT,
+        )
+        through = _not_through_asgi(monkeypatch)
+        socks = [socket.create_connection((host, port), timeout=WAIT) for _ in range(IN_FLIGHT)]
+        gc.collect()
+        before = _live(gc.get_objects())
+        gate.clear()
+        for index, sock in enumerate(socks):
+            sock.sendall(_raw_heartbeat(host, port, _beat(f"n{index + 1}")))
+        throttle = live.heartbeat_throttle
+        wait_for(lambda: held.is_set() and throttle.in_flight == IN_FLIGHT, WAIT)
+        during = _live(gc.get_objects())
+        readable, _, _ = select.select(socks, [], [], 0.2)
+        assert readable == []  # none answered while its records are not stored
+        # counted in the whole process (other loops' tasks may come and go): a margin of half a heartbeat each
+        coroutines, tasks = during[0] - before[0], during[1] - before[1]
+        assert tasks < IN_FLIGHT / 2, (before, during)  # none
+        assert coroutines < 1.5 * IN_FLIGHT, (before, during)  # one each at most: the group commit's wait
+        gate.set()
+        started = []
+        for sock in socks:
+            status, _, content = read_answer(sock, bytearray())
+            assert status == 200, content
+            starts = wire.decode(content).get(wire.START)
+            assert starts, content  # each started something: it had records to wait for
+            started += [(spec["operation_id"], spec["job_id"]) for spec in starts]
+        assert all(runner.service.store.get_job(*job) is not None for job in started)
+        assert through == []
+        assert throttle.in_flight == 0
+    finally:
+        gate.set()
+        for sock in socks:
+            sock.close()
+        try:
+            runner.stop()
+        finally:
+            loop.close()
+
+
+def test_a_heartbeat_read_behind_others_in_a_turn_of_the_loop_counts_their_time_as_queued(
+    runner: Runner, monkeypatch: Any
+) -> None:
+    """Past ASGI a heartbeat is taken from the loop's ready queue (``HeartbeatProtocol.after_reads``), as through
+    ASGI its task was: two heartbeats read in one turn of the loop, each processed in ``slow`` seconds, the second
+    waits for the first, counted as queued that long and throttled (``queued``: its node was heard from within
+    the backoff). Processed in its read, neither would wait (nor be throttled), and the group commit's wake-ups
+    would wait for the turn's reads."""
+    slow = 0.4
+    host, port = _listener_of(runner)
+    service = runner.service
+    scheduler, throttle = service.scheduler, service.scheduler.heartbeat_throttle
+    throttle.settings = ThrottleSettings(queued_limit=slow / 2)
+    socks = {name: socket.create_connection((host, port), timeout=WAIT) for name in ("a", "b", "c")}
+    try:
+        for name, sock in socks.items():  # each node heard from: a wait in the loop may throttle it
+            sock.sendall(_raw_heartbeat(host, port, _beat(name)))
+            assert read_answer(sock, bytearray())[0] == 200
+        entered, release = threading.Event(), threading.Event()
+        original = scheduler.try_process_heartbeat
+
+        def held(heartbeat: Any, *args: Any, **kwargs: Any) -> Any:
+            if heartbeat.address == "c":
+                entered.set()
+                release.wait(WAIT)  # the loop's thread held: a's and b's heartbeats arrive meanwhile
+            elif heartbeat.address in ("a", "b"):
+                time.sleep(slow)  # the work each costs the loop
+            return original(heartbeat, *args, **kwargs)
+
+        monkeypatch.setattr(scheduler, "try_process_heartbeat", held)
+        socks["c"].sendall(_raw_heartbeat(host, port, _beat("c")))
+        assert entered.wait(WAIT)
+        for name in ("a", "b"):
+            socks[name].sendall(_raw_heartbeat(host, port, _beat(name)))
+        release.set()
+        answers = {name: wire.decode(read_answer(sock, bytearray())[2]) for name, sock in socks.items()}
+    finally:
+        for sock in socks.values():
+            sock.close()
+    skipped = sorted(name for name, answer in answers.items() if answer.get(wire.SCHEDULING_SKIPPED))
+    assert len(skipped) == 1 and skipped[0] in ("a", "b"), answers
+    assert throttle.throttled["queued"] == 1
+    assert 0.9 * slow <= throttle.queue_wait_max < 3 * slow  # the loop's clock: milliseconds (uvloop)
+
+
+def test_a_listener_with_no_leading_service_answers_503_past_asgi_as_through_it(tmp_path: Path) -> None:
+    """While no service leads the process (starting, standby, recovering), the listener's plain heartbeats are
+    answered 503 past ASGI (``leader.HeartbeatEntry``) as a request handed to uvicorn is answered through ASGI:
+    the same status, YT error and headers."""
+    runner = SchedulerRunner(f"sqlite:///{tmp_path / 'state.db'}", service_factory=SchedulerService)
+    entry = HeartbeatEntry(runner)
+    through: list[str] = []
+    asgi = runner._heartbeat_entry
+
+    async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        through.append(scope["path"])
+        await asgi(scope, receive, send)
+
+    runner._heartbeat_entry = counted  # type: ignore[method-assign]
+    server = ServerThread(entry, http=HeartbeatProtocol)
+    server.server.config.proxy_headers = False  # the app as it is (uvicorn's proxy middleware would wrap it)
+    with server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=WAIT) as sock:
+            sock.sendall(_raw_heartbeat("127.0.0.1", server.port, _beat("n1")))
+            direct = comparable_answer(*read_answer(sock, bytearray()))
+        assert through == []
+        # a head the protocol does not take (``Connection: close``): uvicorn's, through ASGI (a chunked answer)
+        handed = httpx.post(
+            server.url + wire.HEARTBEAT_PATH,
+            content=_beat("n1"),
+            headers={**NODE, "Connection": "close"},
+            timeout=WAIT,
+        )
+        assert through == ["/internal/node_heartbeat"]
+    through_asgi = comparable_answer(handed.status_code, dict(handed.headers), handed.content)
+    answers = [direct[:2] + direct[3:], through_asgi[:2] + through_asgi[3:]]  # the length aside
+    assert answers[0] == answers[1]
+    status, _, headers, error = answers[0]
+    assert status == 503 and error["code"] == STORE_UNAVAILABLE and "starting" in error["message"]
+    assert headers["x-yt-response-code"] == str(STORE_UNAVAILABLE)

@@ -1,4 +1,4 @@
-"""Heartbeats processed on the service's event loop (``SchedulerService._answer_heartbeat_async``): the scheduling
+"""Heartbeats processed on the service's event loop (``heartbeat_flight.HeartbeatFlight``): the scheduling
 lock wakes the loop when released (``live/lock.py``), the group commit has event-loop waiters
 (``GroupCommit.wait_async``), and over real HTTP a heartbeat that meets a held lock is answered after the lock is
 released while the loop keeps answering other requests."""

@@ -1,6 +1,6 @@
 """Where a slow heartbeat's time went: its phases timed in the service, and the stalls beside them.
 
-Each heartbeat answered on an event loop (``SchedulerService.heartbeat_answer``) is cut into ``PHASES``:
+Each heartbeat answered on an event loop (``heartbeat_flight.HeartbeatFlight``) is cut into ``PHASES``:
 
 * ``queued``: from its bytes' arrival (the event loop's turn that read them) to its handler: the loop's backlog,
   and the interpreter held by other threads (a garbage collection, the fair-share update's computation);
@@ -45,7 +45,7 @@ KEPT = 256
 
 
 class PhaseClock:
-    """One heartbeat's ``PHASES`` as it goes (``time.perf_counter`` marks; ``SchedulerService.heartbeat_answer``)."""
+    """One heartbeat's ``PHASES`` as it goes (``time.perf_counter`` marks; ``heartbeat_flight.HeartbeatFlight``)."""
 
     __slots__ = ("answered", "began", "decoded", "ended", "processed", "queued", "resumed", "tried")
 
