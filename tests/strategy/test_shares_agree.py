@@ -110,3 +110,56 @@ def test_unrolled_sums_equal_the_zipped_ones(a, b):
     # a usage share (`StrategyState.usage_share`, every re-keyed operation): a total of 0 or NaN gives 0.0
     plain = [x / t if t > 0 else 0.0 for x, t in zip(a, b, strict=True)]
     assert repr(shares.share_floats(a, b)) == repr(plain)
+
+
+def _zipped_local_satisfaction(usage_share, fair_share, blocked):
+    """`shares.local_satisfaction_ratio` as it was written before it was written out per resource (loops over
+    ``zip``): the reference its five-resource form must give bit for bit."""
+    if max(fair_share) <= shares.SMALL_EPSILON:
+        return shares.INFINITE_SATISFACTION_RATIO
+    for u, f in zip(usage_share, fair_share, strict=True):
+        if u > f:
+            break
+    else:
+        if all(blocked):
+            worst = shares.INFINITE_SATISFACTION_RATIO
+            for u, f in zip(usage_share, fair_share, strict=True):
+                ratio = 1.0 if f == 0.0 else u / f
+                if ratio < worst:
+                    worst = ratio
+            return worst
+        best = 0.0
+        for u, f, is_blocked in zip(usage_share, fair_share, blocked, strict=True):
+            if not is_blocked and f != 0.0:
+                ratio = u / f
+                if ratio > best:
+                    best = ratio
+        return best
+    best = 0.0
+    for u, f in zip(usage_share, fair_share, strict=True):
+        if f == 0.0:
+            ratio = 0.0 if u == 0.0 else shares.INFINITE_SATISFACTION_RATIO
+        else:
+            ratio = u / f
+        if ratio > best:
+            best = ratio
+    return min(best, shares.INFINITE_SATISFACTION_RATIO)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    usage=_bulk_vector,
+    fair=_bulk_vector,
+    blocked=st.one_of(st.just([True] * 5), st.lists(st.booleans(), min_size=5, max_size=5)),
+    as_tuples=st.booleans(),
+)
+def test_local_satisfaction_written_out_equals_the_zipped_loops(usage, fair, blocked, as_tuples):
+    """The five-resource `local_satisfaction_ratio` gives the zipped loops' float on every branch, bit for bit,
+    also for zeros of either sign, NaN, infinities, negative, overflowing and underflowing values (every resource
+    blocked drawn often: that branch needs it)."""
+    if as_tuples:  # as the strategy hands them in: element shares and masks are tuples, usage shares lists
+        fair, blocked = tuple(fair), tuple(blocked)
+    expected = _zipped_local_satisfaction(usage, fair, blocked)
+    found = shares.local_satisfaction_ratio(usage, fair, blocked)
+    assert type(found) is type(expected)
+    assert struct.pack("<d", found) == struct.pack("<d", expected), (usage, fair, blocked)
