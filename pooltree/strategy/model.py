@@ -203,8 +203,9 @@ class Allocation:
     ):
         self.id = id
         self.operation_id = operation_id
-        self.resources = resources
-        self.reserve: Vector = self._resources
+        reserve = self._resources = np.asarray(resources, dtype=float)  # the ``resources`` setter's two steps
+        self.amounts: tuple[float, ...] = tuple(reserve.tolist())
+        self.reserve: Vector = reserve
         """What the allocation was started with (the controller's reserve); node reports above it raise
         ``resources`` (``usage_above_reserve``), never below it."""
         self.task = task
@@ -232,7 +233,7 @@ class Allocation:
     @resources.setter
     def resources(self, value: Vector) -> None:
         self._resources = np.asarray(value, dtype=float)
-        self.amounts: tuple[float, ...] = tuple(self._resources.tolist())
+        self.amounts = tuple(self._resources.tolist())
 
     @property
     def preempted(self) -> bool:

@@ -28,6 +28,7 @@ from pooltree.strategy.packing import HeartbeatSnapshot, Packing
 from pooltree.strategy.segments import SegmentsManager
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.shares import fits_floats
+from pooltree.strategy.shares import minus_floats as _minus_list
 from pooltree.strategy.ssd_preemption import SsdPreemption
 from pooltree.strategy.state import StrategyState
 from pooltree.strategy.tentative import TentativeGate
@@ -177,7 +178,8 @@ class RegularStage:
         else:
             limits, usage = node_floats
         if discount is None:
-            available = [limit - used for limit, used in zip(limits, usage, strict=True)]
+            # ``limit - used`` each, unrolled (no comprehension's frame)
+            available = _minus_list(limits, usage)
         else:
             available = [limits[r] - usage[r] + discount[r] for r in range(RESOURCE_COUNT)]
         min_needed = controller.min_needed_resources.tolist()
