@@ -208,13 +208,14 @@ def _running(
     entries no longer reported are dropped when ``kept`` grows past ``2 x entries + KEPT_ENTRIES_SLACK``: a new map
     of this heartbeat's entries is returned then."""
     out: list[RunningJobReport] = []
+    remembered, add = kept.get, out.append  # bound once: two attribute reads less an entry
     for raw in entries:
         text = bytes(raw)
-        report = kept.get(text)
+        report = remembered(text)
         if report is None:
             report = _report(_RUNNING_DECODER.decode(text))
             kept[text] = report
-        out.append(report)
+        add(report)
     if len(kept) > 2 * len(out) + KEPT_ENTRIES_SLACK:
         kept = {bytes(raw): report for raw, report in zip(entries, out, strict=True)}
     return out, kept

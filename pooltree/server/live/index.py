@@ -46,7 +46,10 @@ class RunningJobs(MutableMapping[str, LiveJob]):
         if old is not None:
             self._unindex(old)
         self._by_id[job_id] = job
-        self._by_node.setdefault(job.address, {})[job_id] = job
+        on_node = self._by_node.get(job.address)
+        if on_node is None:  # (``setdefault`` would make an empty map a call, a start, to drop it)
+            on_node = self._by_node[job.address] = {}
+        on_node[job_id] = job
 
     def __delitem__(self, job_id: str) -> None:
         self._unindex(self._by_id.pop(job_id))

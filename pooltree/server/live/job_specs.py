@@ -53,33 +53,32 @@ class JobSpecs:
                 config,
                 scheduler.isolate_job_network,
                 spec,
-                allocation.resources.tolist(),
+                allocation.amounts,  # ``resources.tolist()``'s floats, as the allocation keeps them
             )
             return _copy(spec)
         template = kept[2]
-        amounts = list(allocation.amounts)  # ``resources.tolist()``: the same floats, kept by the allocation
-        # most jobs of a task get the same resources: the template's output map, copied, unless they differ
-        resources = dict(template["resources"]) if amounts == kept[3] else resources_to_dict(amounts)
         reserve = op.controller.running_memory_reserve(job.task_name, job.job_index)
         if (reserve is not None) != ("memory_reserve" in template):
             return self._plain(op, job, allocation)
-        environment = dict(template["environment"])
+        # the template's map with the job's own values put in their places (every key set here is one of the
+        # template's, so the order is kept): no map of them and no update
+        spec = dict(template)
+        spec["job_id"] = job.id
+        spec["job_index"] = job.job_index
+        environment = spec["environment"] = dict(template["environment"])
         environment["YT_JOB_ID"] = job.id
         environment["YT_JOB_INDEX"] = str(job.job_index)
-        own: dict[str, Any] = {
-            "job_id": job.id,
-            "job_index": job.job_index,
-            "environment": environment,
-            "resources": resources,
-        }
+        amounts = allocation.amounts
+        # most jobs of a task get the same resources: the template's output map, copied, unless they differ
+        spec["resources"] = (
+            dict(template["resources"]) if amounts == kept[3] else resources_to_dict(list(amounts))
+        )
         if reserve is not None:
-            own["memory_reserve"] = min(reserve.user_job_memory_reserve, template["memory_limit"])
-            own["job_proxy_memory_reserve"] = reserve.job_proxy_memory_reserve
-            own["job_proxy_estimated_memory"] = reserve.job_proxy_estimate
+            spec["memory_reserve"] = min(reserve.user_job_memory_reserve, template["memory_limit"])
+            spec["job_proxy_memory_reserve"] = reserve.job_proxy_memory_reserve
+            spec["job_proxy_estimated_memory"] = reserve.job_proxy_estimate
         if "files" in template:
-            own["files"] = _own_files(template["files"])
-        spec = dict(template)  # every key of ``own`` is one of the template's: update keeps their places
-        spec.update(own)
+            spec["files"] = _own_files(template["files"])
         return spec
 
     def _plain(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> dict[str, Any]:

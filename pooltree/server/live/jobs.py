@@ -357,6 +357,20 @@ class LiveJobs:
         for report in heartbeat.running:
             job_id = report.job_id
             job = own(job_id)
+            if (
+                job is not None
+                and job.state == "running"
+                and job_id not in seen
+                and not report.gpu_devices
+                and (report.memory_usage <= 0 or job.allocation_id is None)
+                and job.address == address
+            ):
+                # the common case, the general steps below in short: a first report of one of the node's running
+                # jobs, no GPU placement, no measured memory to count: confirmed
+                seen.add(job_id)
+                job.missed_heartbeats = 0
+                confirmed += 1
+                continue
             if job is None:
                 job = find(job_id)
             first = job_id not in seen
@@ -603,7 +617,7 @@ class LiveJobs:
             return
         scheduler.jobs.pop(job.id, None)
         state, abort_reason, error = report.state, report.abort_reason, report.error
-        lost = self._speculative_loser(op, job)
+        lost = None if op is None or op.controller.speculation is None else self._speculative_loser(op, job)
         if lost is not None and state != "aborted":  # its competitor completed first: aborted, as on YTsaurus
             state, abort_reason = "aborted", lost
             error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": lost})
@@ -612,7 +626,8 @@ class LiveJobs:
         else:
             job.state = state
         job.finish_time = report.finish_time or now
-        job.error = preemption_error(error, job.interruption_info, state)
+        info = job.interruption_info  # (``preemption_error`` gives back the error of a job not preempted)
+        job.error = error if info is None else preemption_error(error, info, state)
         job.exit_code = report.exit_code
         job.abort_reason = abort_reason
         job.interruption_reason = report.interruption_reason
@@ -625,7 +640,8 @@ class LiveJobs:
         if op is None:
             return
         touched.add(op.id)
-        scheduler.tentative.on_finished(job, report, now)
+        if scheduler.tentative.operations:  # (none: ``on_finished`` would find the operation in none)
+            scheduler.tentative.on_finished(job, report, now)
         if state == "aborted":
             op.aborted_jobs += 1
         elif (

@@ -472,7 +472,7 @@ class LiveOperation:
     lost_jobs: int = 0
     revision: int = 0
     """Bumped on every change the attribute map shows (state, jobs, parameters), so readers can cache it."""
-    job_spec_templates: dict[tuple[str, str], tuple[Any, bool, dict[str, Any], list[float]]] = field(
+    job_spec_templates: dict[tuple[str, str], tuple[Any, bool, dict[str, Any], tuple[float, ...]]] = field(
         default_factory=dict
     )
     """(task, tree) → (the tree's config, the job network setting, the first job's spec): ``live/job_specs.py``."""

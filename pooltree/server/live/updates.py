@@ -379,10 +379,14 @@ class FairShareUpdates:
         """Keep the core's events in the bounded event log (orchid ``scheduler/event_log``); a preempted
         allocation's event names its job and, YTsaurus style, ``preempted_for`` (operation, allocation, job)."""
         scheduler = self.scheduler
-        for event in core.drain_events():
+        events = core.drain_events()
+        if not events:
+            return
+        job_of, log = scheduler.allocation_jobs.get, scheduler.event_log.append  # bound once a drain
+        for event in events:
             allocation_id = event.get("allocation_id")
             if allocation_id is not None:
-                job_id = scheduler.allocation_jobs.get(allocation_id)
+                job_id = job_of(allocation_id)
                 if job_id is not None:
                     event["job_id"] = job_id
             if event.get("event") == "allocation_preempted" and event.get("preemptor_operation_id"):
@@ -390,7 +394,7 @@ class FairShareUpdates:
                 event["preempted_for"] = {
                     "operation_id": event["preemptor_operation_id"],
                     "allocation_id": preemptor,
-                    "job_id": scheduler.allocation_jobs.get(preemptor or ""),
+                    "job_id": job_of(preemptor or ""),
                 }
-            scheduler.event_log.append(event)
+            log(event)
             scheduler.event_count += 1
