@@ -13,7 +13,9 @@ simulator and ``pooltree fair-share`` (``pooltree.gc_policy``); the service appl
   The collection has just removed the garbage among what it walked, so what is frozen is alive; the old
   generation stays empty and a full collection walks no more than a middle one (``POOLTREE_GC_TUNING=full``: only
   the survivors of each full collection, at the service loop's next ``tick``, the policy before session 31: a
-  full collection then walked everything promoted since the last, about once a second at 1,000 nodes).
+  full collection then walked everything promoted since the last, about once a second at 1,000 nodes;
+  ``young``: every collection's survivors, young ones too, so no middle collection runs; not the default, see
+  ``bench/RESULTS.md``, session 38).
 
 The price: a reference cycle among frozen objects that later becomes garbage is not collected (objects freed
 by reference counting, i.e. nearly all, are freed as before): with ``middle``, any cycle alive at a middle
