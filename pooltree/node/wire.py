@@ -258,7 +258,7 @@ def split_response(data: Any) -> tuple[dict[str, Any], ResponseControl]:
 FINISHED_STATES = frozenset({"completed", "failed", "aborted"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunningJobReport:
     """One job the node runs right now (shared by the heartbeats that report it unchanged: ``RunningReports``)."""
 

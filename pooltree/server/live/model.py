@@ -325,7 +325,7 @@ class LiveVanillaController(VanillaController):
         return sum(map(len, self._reserved.values()))
 
 
-@dataclass
+@dataclass(slots=True)
 class LiveJob:
     """One job: an allocation of an operation on a node, and what the node reported about it."""
 
