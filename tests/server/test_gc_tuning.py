@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import http.client
-from collections import Counter
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from published_cluster import SPEC, heartbeat, published_service, serving
 
 from pooltree.errors import ConfigError
 from pooltree.gc_policy import tuning_mode
@@ -197,73 +197,24 @@ def test_environment_modes_are_checked() -> None:
         tuning_mode({"POOLTREE_GC_TUNING": "middle"})
 
 
-LIVE_READS = (
-    ("/api/v4/get_operation", "operation_id={operation}"),
-    ("/api/v4/get_operation", "operation_id=0-0-0-0"),
-    ("/api/v4/list_operations", "limit=5"),
-    ("/api/v4/list_jobs", "operation_id={operation}"),
-    ("/api/v4/get", "path=//sys/scheduler/orchid/scheduler/pool_trees/default"),
-    ("/api/v4/get", "path=//sys/scheduler/orchid/scheduler/operations/{operation}"),
-    ("/", ""),
-    ("/", "page=scheduling&tree=default"),
-    ("/operations", ""),
-    ("/nodes", ""),
-    ("/metrics", ""),
-)
-"""What the live-paths test reads over HTTP each round (``{operation}``: the round's started operation): the API's
-reads (an unknown operation: an error's path), the orchid, the web pages a browser refreshes (the Scheduling page
-whole and as its htmx fragment) and ``/metrics``. Not the History page and the charts: Plotly's figure objects
-point at each other (``pooltree/gc_policy.py``: the valve's business), nor a page's pretty-printed spec (the
-standard library's Python JSON encoder, which ``indent`` selects, leaves three closures in a cycle)."""
-
-
 def test_the_live_paths_leave_no_cycles_for_the_policy_to_freeze(tmp_path: Path) -> None:
     """The price of freezing survivors is that a reference cycle alive at a freezing collection is never collected
     once it becomes garbage. Heartbeats, starts, fair-share updates, read snapshots' publications and the reads
     over real HTTP (``LIVE_READS``) make no cycle at all: with everything alive frozen and the collector off for
     the rounds, one collection after them finds nothing unreachable. (With the collector on, a cycle is frozen
     only when a collection lands while it lives, which depends on what ran before: the earlier form of this test
-    passed alone and found the Scheduling page's rows' closure, 147 objects, in the full suite.) The client is the
-    standard library's (``http.client``), whose requests and answers make no cycle of their own."""
-    now = [1000.0]
-    service = published_service(tmp_path, now, authentication=False)
-    scheduler = service.scheduler
-    with serving(service) as url:
-        client = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=30)
-
-        def read(path: str, query: str) -> int:
-            client.request("GET", f"{path}?{query}" if query else path)
-            answer = client.getresponse()
-            answer.read()
-            return answer.status
-
-        try:
-            started = scheduler.start_operation("vanilla", SPEC, "root", now[0])
-            for path, query in LIVE_READS:  # the server's first-use objects made
-                assert read(path, query.format(operation=started.id)) in (200, 400), path
-            gc.collect()
-            gc.freeze()
-            gc.disable()
-            try:
-                for _ in range(6):
-                    now[0] += 0.5
-                    heartbeat(service, "n1", now[0])
-                    started = scheduler.start_operation("vanilla", SPEC, "root", now[0])
-                    scheduler.update_fair_share("default", now[0])
-                    scheduler.snapshots.publish()
-                    for path, query in LIVE_READS:
-                        assert read(path, query.format(operation=started.id)) in (200, 400), path
-                gc.set_debug(gc.DEBUG_SAVEALL)
-                found = gc.collect()
-                kinds = Counter(type(garbage).__qualname__ for garbage in gc.garbage)
-            finally:
-                gc.garbage.clear()
-                gc.set_debug(0)
-                gc.unfreeze()
-                gc.enable()
-        finally:
-            client.close()
-    assert found == 0, kinds.most_common(10)
+    passed alone and found the Scheduling page's rows' closure, 147 objects, in the full suite.) The rounds run in a
+    process of their own (``live_cycles.py``): no other test's thread makes garbage while the collector is off."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("live_cycles.py")), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["found"] == 0, answer["kinds"]
 
 
 class _Cyclic:
