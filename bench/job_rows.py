@@ -13,9 +13,15 @@ job's state (a started job's running record, a finished one's), and the CPU of b
 write system calls per transaction (``/proc/self/io``; SQLite's journal writes each page as two). ``--log-heartbeats
 N,...``: the same transactions as ``--heartbeats`` appended to a plain file instead (``replay_log``: one ``write`` a
 transaction, no sync), what job rows kept outside SQLite's journal would pay before being folded into the table.
+``--fold-rows N,...``: the first ``--heartbeats`` setting's transactions appended to a table without an index
+(``replay_folded``: a rowid table in the same store, its tail pages shared by a transaction's rows) and folded into
+the jobs table every N rows (one ``INSERT ... SELECT ... ON CONFLICT`` in the rows' order, then the appended rows
+deleted, in one transaction): ``fold_cpu_us_per_row`` and the folds' wall times apart, what folding costs once the
+rows were kept elsewhere (in a file of their own the appends are ``--log-heartbeats``'). Every SQLite replay runs
+the store's checkpoint after each transaction, as the group commit's thread does (``checkpoint_journal``).
 
 Usage: .venv/bin/python bench/job_rows.py [--nodes 300] [--seconds 25] [--rows 1,5,20,100]
-       [--heartbeats 1,2,5,10] [--log-heartbeats 2] [--rounds 3]
+       [--heartbeats 1,2,5,10] [--log-heartbeats 2] [--fold-rows 1024,4096] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +52,7 @@ from pooltree.server.heartbeats import RunningReports, decode_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.store import JobRecord, open_store
 from pooltree.server.store.sql import SqlStore
+from pooltree.server.store.sqlite import SqliteStore
 
 
 def record_rows(args: argparse.Namespace, folder: Path) -> list[list[JobRecord]]:
@@ -99,15 +107,79 @@ def replay(transactions: list[list[JobRecord]], path: Path) -> dict[str, float]:
     calls, before, wall = _write_calls(), os.times(), time.perf_counter()
     for transaction in transactions:
         store.put_jobs(transaction)
+        store.checkpoint_journal()  # as the group commit's thread does after a batch
     after, wall, calls = os.times(), time.perf_counter() - wall, _write_calls() - calls
     store.close()
-    for suffix in ("", "-wal", "-shm", ".key"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    _remove_store(path)
     return {
         "user": after.user - before.user,
         "system": after.system - before.system,
         "wall": wall,
         "writes": calls,
+    }
+
+
+def _remove_store(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", ".key"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+JOB_COLUMNS = "operation_id, id, state, address, start_time, finish_time, stderr_ref, body"
+FOLD = (
+    f"INSERT INTO jobs ({JOB_COLUMNS}) SELECT {JOB_COLUMNS} FROM appended WHERE true ORDER BY rowid"
+    " ON CONFLICT (operation_id, id) DO UPDATE SET state = excluded.state, address = excluded.address,"
+    " start_time = excluded.start_time, finish_time = excluded.finish_time, stderr_ref = excluded.stderr_ref,"
+    " body = excluded.body"
+)
+
+
+def replay_folded(transactions: list[list[JobRecord]], path: Path, fold_rows: int) -> dict[str, Any]:
+    """The rows appended to a table without an index in a fresh store (one transaction each, with the store's file
+    check, its checkpoint after each), folded into the jobs table once ``fold_rows`` are appended: CPU (user,
+    system, and the folds' own), wall seconds, write calls, the folds' wall times. Not a store: a measurement of
+    what the folding costs, the rows read back by nobody but the check at the end."""
+    store = open_store(f"sqlite:///{path}")
+    assert isinstance(store, SqliteStore)
+    connection = store._conn
+    connection.execute(f"CREATE TABLE appended ({JOB_COLUMNS})")
+    row = SqlStore._job_row
+    pending, folds, fold_cpu = 0, [], 0.0
+
+    def write(statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        with store._lock:
+            cursor = connection.cursor()
+            cursor.execute("BEGIN IMMEDIATE")
+            for sql, args in statements:
+                cursor.execute(sql, args)
+            store._check_before_commit()
+            cursor.execute("COMMIT")
+
+    calls, before, wall = _write_calls(), os.times(), time.perf_counter()
+    for transaction in transactions:
+        rows = [row(record) for record in transaction]
+        values = ", ".join(["(" + ", ".join("?" * 8) + ")"] * len(rows))
+        write([(f"INSERT INTO appended ({JOB_COLUMNS}) VALUES {values}", tuple(chain.from_iterable(rows)))])
+        pending += len(rows)
+        if pending >= fold_rows:
+            began, cpu = time.perf_counter(), time.process_time()
+            write([(FOLD, ()), ("DELETE FROM appended", ())])
+            fold_cpu += time.process_time() - cpu
+            folds.append(time.perf_counter() - began)
+            pending = 0
+        store.checkpoint_journal()
+    after, wall, calls = os.times(), time.perf_counter() - wall, _write_calls() - calls
+    write([(FOLD, ()), ("DELETE FROM appended", ())])  # the rest, outside the measure: every row in the table
+    stored = connection.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    store.close()
+    _remove_store(path)
+    return {
+        "user": after.user - before.user,
+        "system": after.system - before.system,
+        "wall": wall,
+        "writes": calls,
+        "fold_cpu": fold_cpu,
+        "folds": folds,
+        "jobs": stored,
     }
 
 
@@ -184,6 +256,7 @@ def main() -> None:
     parser.add_argument("--rows", default="1,5,20,100")
     parser.add_argument("--heartbeats", default="1,2,5,10")
     parser.add_argument("--log-heartbeats", default="")
+    parser.add_argument("--fold-rows", default="")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pooltree-job-rows-") as tmp:
@@ -197,12 +270,22 @@ def main() -> None:
             settings[f"heartbeats_{count}"] = grouped(batches, count)
         for count in (int(x) for x in args.log_heartbeats.split(",") if x):
             settings[f"log_heartbeats_{count}"] = grouped(batches, count)
+        folded = [int(x) for x in args.fold_rows.split(",") if x]
+        if folded:
+            first = next((int(x) for x in args.heartbeats.split(",") if x), 1)
+            for rows_per_fold in folded:
+                settings[f"fold_{rows_per_fold}_heartbeats_{first}"] = grouped(batches, first)
         runs: dict[str, list[dict[str, float]]] = defaultdict(list)
         for round_index in range(args.rounds):
             order = list(settings) if round_index % 2 == 0 else list(reversed(settings))
             for name in order:
-                write = replay_log if name.startswith("log_") else replay
-                runs[name].append(write(settings[name], folder / f"{name}.sqlite"))
+                path = folder / f"{name}.sqlite"
+                if name.startswith("fold_"):
+                    runs[name].append(replay_folded(settings[name], path, int(name.split("_")[1])))
+                elif name.startswith("log_"):
+                    runs[name].append(replay_log(settings[name], path))
+                else:
+                    runs[name].append(replay(settings[name], path))
         figures: dict[str, Any] = {}
         for name, transactions in settings.items():
             written = sum(len(t) for t in transactions)
@@ -223,6 +306,19 @@ def main() -> None:
                 ),
                 "cpu_us_per_heartbeat": round(1e6 * cpu / len(batches), 1),
             }
+            if name.startswith("fold_"):
+                folds = [seconds for run in runs[name] for seconds in run["folds"]]
+                figures[name].update(
+                    {
+                        "fold_cpu_us_per_row": round(
+                            1e6 * statistics.median(r["fold_cpu"] for r in runs[name]) / written, 2
+                        ),
+                        "folds_per_run": len(runs[name][0]["folds"]),
+                        "fold_ms_median": round(1e3 * statistics.median(folds), 1) if folds else None,
+                        "fold_ms_max": round(1e3 * max(folds), 1) if folds else None,
+                        "jobs_stored": runs[name][0]["jobs"],
+                    }
+                )
         result = {
             "bench": "job_rows",
             "parameters": vars(args),
