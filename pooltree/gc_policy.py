@@ -39,8 +39,9 @@ dropped within a request is caught when one lands inside it), not only at a full
 make none: ``tests/server/test_gc_tuning.py`` runs heartbeats, starts, updates, publications and the API's and
 pages' reads with everything frozen and the collector off, and one collection after them finds nothing (the
 Scheduling page's rows made one until session 38). Third-party code still makes some: Plotly's figures (the
-History page's chart, ~1,400 objects a render) and the standard library's Python JSON encoder (``indent``: a
-page's pretty-printed spec, 31 objects).
+History page's chart, the forecast charts: ~1,400 objects a render) and the standard library's Python JSON
+encoder (``indent``: a page's pretty-printed spec, 31 objects); the web UI makes them inside ``unfrozen`` blocks,
+where no collection freezes, so that they are collected as usual (``tests/web/test_web_pages.py``).
 
 *The valve* (``vent``) bounds what such cycles keep: it unfreezes, collects the whole heap, names what it found
 (``Vent``) and freezes what lives again. Its pause is a full collection of every tracked object (``bench/gc_heap.py``
@@ -58,6 +59,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -129,6 +131,12 @@ class GcPolicy:
         self._young = 0
         self._due = False
         self._settling = False
+        self._unfrozen = 0
+        """Blocks in ``unfrozen`` running now (any thread); ``_unfrozen_lock`` guards the count."""
+        self._unfrozen_reach = -1
+        """The oldest generation the blocks' objects may be in: one older than the oldest collected meanwhile
+        (-1: no collection ran in them)."""
+        self._unfrozen_lock = threading.Lock()
         self._saved_thresholds: tuple[int, int, int] | None = None
 
     @property
@@ -139,6 +147,9 @@ class GcPolicy:
         if phase != "stop" or self._settling:
             return
         generation = info.get("generation")
+        if self._unfrozen:
+            self._unfrozen_reach = max(self._unfrozen_reach, min(int(generation or 0) + 1, 2))
+            return
         if generation == 0 and self._young:
             gc.freeze()  # the survivors of a young collection (a freeze also resets the older generations' counts)
             self.freezes += 1
@@ -247,6 +258,29 @@ class GcPolicy:
         self.vents += 1
         self._due = False
         return Vent(found, kinds, time.perf_counter() - began)
+
+    @contextmanager
+    def unfrozen(self) -> Iterator[None]:
+        """No collection freezes its survivors while the block runs (in any thread). For code that makes reference
+        cycles and drops them at its end, third-party code among it (Plotly's figure objects, the standard
+        library's Python JSON encoder): a collection inside the block would freeze them alive and only a vent
+        would get them back. When the last block ends after collections ran in it, the generations its objects
+        were promoted to are collected (what is not frozen: objects made since the last freeze, a middle
+        collection's walk or a few times it), which frees the blocks' cycles and freezes what lives as usual."""
+        with self._unfrozen_lock:
+            self._unfrozen += 1
+        try:
+            yield
+        finally:
+            with self._unfrozen_lock:
+                self._unfrozen -= 1
+                reach = -1
+                if not self._unfrozen:
+                    reach, self._unfrozen_reach = self._unfrozen_reach, -1
+            if reach >= 0 and self._holders:
+                # the blocks' objects were promoted: collect the generations they may be in (only what is not
+                # frozen, i.e. what was made since the last freeze), which then freezes the survivors as usual
+                gc.collect(reach)
 
     def tick(self) -> bool:
         """Freeze the survivors of the full collection that ran since the last tick (cheap: a list splice);

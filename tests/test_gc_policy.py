@@ -255,3 +255,36 @@ def test_a_vent_reclaims_the_cycles_the_policy_froze_and_names_them() -> None:
     finally:
         POLICY.release(at_collection=True)
     assert POLICY.vent().found == 0  # not held: nothing to vent, nothing unfrozen
+
+
+def _cycles_made_and_dropped(count: int) -> list[Any]:
+    """Weak references to ``count`` reference cycles made here and dropped on return (many allocations between)."""
+    import weakref
+
+    cycles = [_Cyclic() for _ in range(count)]
+    filler = [[index] for index in range(5_000)]  # collections run while the cycles live
+    del filler
+    return [weakref.ref(cycle) for cycle in cycles]
+
+
+def test_no_freeze_inside_unfrozen_blocks_and_their_cycles_are_collected_after() -> None:
+    """Every collection freezing its survivors (``young``): cycles alive at a collection are frozen, and only a
+    vent gets them back. Made inside ``unfrozen`` they are not; when the block ends, the generations its objects
+    were promoted to are collected, which frees them, and what lives is frozen as usual."""
+    POLICY.acquire(at_collection=False, young=True)
+    try:
+        POLICY.settle()
+        frozen = _cycles_made_and_dropped(20)
+        assert all(ref() is not None for ref in frozen)  # frozen alive: no collection reclaims them
+        with POLICY.unfrozen():
+            freezes = POLICY.freezes
+            kept = [[index] for index in range(3_000)]
+            spared = _cycles_made_and_dropped(20)
+            assert POLICY.freezes == freezes
+        assert all(ref() is None for ref in spared)
+        assert POLICY.freezes > freezes  # the collection at the block's end froze what lives
+        assert _frozen(kept) == len(kept)
+        assert POLICY.vent().found >= 20  # the cycles frozen before, alive at a young collection
+        assert all(ref() is None for ref in frozen)
+    finally:
+        POLICY.release(at_collection=False, young=True)

@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from pooltree.errors import PooltreeError
 from pooltree.forecast.attribute import live_scheduling_forecast
+from pooltree.gc_policy import POLICY
 from pooltree.resources import RESOURCES, format_size
 from pooltree.server.app import read_body
 from pooltree.server.job_commands import job_attributes
@@ -113,7 +114,7 @@ def _environment() -> Environment:
     env.filters["amount_of"] = lambda value, resource: amount(resource, value)
     env.filters["when"] = when
     env.filters["attribute"] = attribute
-    env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
+    env.filters["tojson_pretty"] = pretty_json
     env.globals["RESOURCES"] = RESOURCES
     env.globals["REFRESH"] = REFRESH
     return env
@@ -651,6 +652,14 @@ def _node_rows(snapshot: ReadSnapshot, last_seen_ago: str) -> list[dict[str, Any
         }
         for node in sorted(snapshot.nodes, key=lambda node: node.address)
     ]
+
+
+def pretty_json(value: Any) -> str:
+    """``value`` as indented JSON (a page's spec). ``indent`` takes the standard library's Python encoder, whose
+    closures form a reference cycle per call: made while the collector's policy does not freeze
+    (``GcPolicy.unfrozen``), so that it is collected after."""
+    with POLICY.unfrozen():
+        return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
 def _pool_rows(snapshot: ReadSnapshot, tree: str, read: TreeRead) -> list[dict[str, Any]]:

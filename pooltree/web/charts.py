@@ -15,6 +15,8 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from pooltree.gc_policy import POLICY
+
 COLORS = {
     "fair_share": "#1f77b4",
     "usage": "#2ca02c",
@@ -149,7 +151,14 @@ def figure_div(figure: go.Figure, div_id: str) -> str:
 
 
 def history_figure(series: dict[str, Any], title: str) -> str:
-    """The History page's chart of one pool (``PoolHistory.series``)."""
+    """The History page's chart of one pool (``PoolHistory.series``). Plotly's figure objects point at each other:
+    made while the collector's policy does not freeze (``GcPolicy.unfrozen``), and dropped before it freezes again
+    (``_history_figure``'s frame is gone when the block ends), so that they are collected."""
+    with POLICY.unfrozen():
+        return _history_figure(series, title)
+
+
+def _history_figure(series: dict[str, Any], title: str) -> str:
     figure = fair_share_figure(
         series["time"],
         series["fair_share"],
@@ -166,6 +175,13 @@ FORECAST_COLORS = {"start": "rgba(31,119,180,0.35)", "finish": "rgba(44,160,44,0
 
 
 def forecast_figure(rows: Sequence[dict[str, Any]], now: float, *, height_per_row: int = 34) -> str:
+    """``_forecast_figure`` while the collector's policy does not freeze (Plotly's objects point at each other:
+    ``GcPolicy.unfrozen``)."""
+    with POLICY.unfrozen():
+        return _forecast_figure(rows, now, height_per_row)
+
+
+def _forecast_figure(rows: Sequence[dict[str, Any]], now: float, height_per_row: int) -> str:
     """The forecast's ranges (``pooltree.forecast``): per operation a bar from start p10 to p90 and one from
     finish p10 to p90, with a mark at each p50; a range reaching past the horizon runs to its end (``horizon``,
     absolute) with an open end. ``rows``: ``label``, ``start`` and ``finish`` ({p10, p50, p90}, seconds or None),

@@ -33,8 +33,9 @@ LIVE_READS = (
 """What the live-paths test reads over HTTP each round (``{operation}``: the round's started operation): the API's
 reads (an unknown operation: an error's path), the orchid, the web pages a browser refreshes (the Scheduling page
 whole and as its htmx fragment) and ``/metrics``. Not the History page and the charts: Plotly's figure objects
-point at each other (``pooltree/gc_policy.py``: the valve's business), nor a page's pretty-printed spec (the
-standard library's Python JSON encoder, which ``indent`` selects, leaves three closures in a cycle)."""
+point at each other, nor a page's pretty-printed spec (the standard library's Python JSON encoder, which
+``indent`` selects, leaves three closures in a cycle): those are made inside ``GcPolicy.unfrozen`` blocks, so that
+no collection freezes them alive (``tests/web/test_web_pages.py``)."""
 
 
 def live_cycles(tmp_path: Path, rounds: int = 6) -> tuple[int, Counter[str]]:
