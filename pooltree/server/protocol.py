@@ -23,6 +23,7 @@ import yt.yson as yson
 from yt.yson.yson_types import NotUnicodeError, YsonBoolean, YsonEntity, YsonStringProxy
 
 from pooltree.errors import GENERIC_ERROR, ConfigError, PooltreeError, YtError
+from pooltree.gc_policy import POLICY
 from pooltree.server.yson_templates import YsonTemplates
 
 # YTsaurus error codes the official client acts on (yt-http-api.md §5).
@@ -613,16 +614,25 @@ def _encode(value: Any, fmt: Format) -> tuple[bytes, str]:
 
 def _encode_json(value: Any, fmt: Format) -> tuple[bytes, str]:
     pretty = fmt.attributes.get("format") == "pretty"
-    indent = 4 if pretty else None
+    if not pretty:
+        text = _json_text(value, fmt, None)
+    else:
+        # ``indent`` takes the standard library's Python encoder, whose closures form a reference cycle per call:
+        # made where no collection freezes it (``pooltree.gc_policy``), so that it is collected
+        with POLICY.unfrozen():
+            text = _json_text(value, fmt, 4)
+    return (text + ("\n" if pretty else "")).encode("utf-8", "surrogateescape"), "application/json"
+
+
+def _json_text(value: Any, fmt: Format, indent: int | None) -> str:
     if fmt.encode_utf8:
         text = json.dumps(value, ensure_ascii=False, indent=indent)
         if not text.isascii():
             # only non-ASCII strings change under encode_utf8 (ASCII ones are their own UTF-8 bytes, and both
             # modes escape control characters alike), so all-ASCII output is already the answer
             text = json.dumps(utf8_to_code_points(value), ensure_ascii=True, indent=indent)
-    else:
-        text = json.dumps(value, ensure_ascii=False, indent=indent)
-    return (text + ("\n" if pretty else "")).encode("utf-8", "surrogateescape"), "application/json"
+        return text
+    return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
 # Errors.
