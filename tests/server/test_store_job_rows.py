@@ -218,7 +218,7 @@ def _log_frames(database: Path) -> tuple[int, int]:
 def test_a_batch_writes_its_log_frames_and_no_statement_journal(tmp_path: Path) -> None:
     """A statement of many rows inside the transaction keeps the pages it changes in a statement journal (to undo
     the statement alone); past 64 KiB SQLite spilled it to a temporary file (open, a write per page and its
-    header, unlink, close: up to a third of the commit thread's writes live, ``bench/RESULTS.md``, session 38). The
+    header, unlink, close: in ~15% of the live transactions, ``bench/RESULTS.md``, session 38). The
     writer keeps it in memory (``temp_store=MEMORY``): a batch's write calls are its log frames' (two a frame:
     header and page) and nothing else."""
     database = tmp_path / "store.sqlite"

@@ -18,7 +18,8 @@ check a commit makes, in order with the commits.
 
 The writer keeps its temporary files in memory (``temp_store=MEMORY``): a multi-row statement's statement journal
 (the pages it changes, kept to undo the statement alone inside its transaction) no longer spills to a temporary file
-past 64 KiB (up to a third of the group commit's write calls live, ``bench/RESULTS.md``, session 38).
+past 64 KiB (live, in ~15% of the group commit's transactions, ~20 page writes and five file calls each;
+``bench/RESULTS.md``, session 38).
 """
 
 from __future__ import annotations
