@@ -20,8 +20,8 @@ its host and tries the scheduling lock on the loop. When the lock is busy it wai
 (``lock.released``: a future of the loop) and tries again; a heartbeat that would publish a stale tree first is
 answered on a heartbeat thread (``SchedulerService.answer_heartbeat``, which waits for its records there), and
 one whose reports made a tree stale (``DeferredHeartbeat``) is finished on one; either way an executor future's
-callback brings it back. Its job records' ticket is then waited for with ``GroupCommit.wait_async``, a coroutine
-the flight steps itself (``_step_commit``: no task): the answer is given only once the batch holding its records
+callback brings it back. Its job records' ticket is then waited for a step at a time (``GroupCommit.wait_step``,
+the steps ``wait_async`` awaits; each step's future calls the flight back: no coroutine, no task): the answer is given only once the batch holding its records
 is durable (acknowledged means stored). Then the heartbeat leaves the throttle's count, its answer is encoded,
 its phases recorded (``live/tail.py``, ``heartbeat_trace.py``) and given to ``answered``: the answer's body (200)
 or, for any error on the way, the error's ``Response`` (a ``PooltreeError`` as its YT error, anything else as an
@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -95,7 +95,7 @@ class HeartbeatFlight:
         "answered",
         "began",
         "clock",
-        "commit",
+        "ended_at",
         "entered",
         "heartbeat",
         "hostname",
@@ -106,6 +106,7 @@ class HeartbeatFlight:
         "service",
         "span",
         "throttled",
+        "ticket",
     )
 
     def __init__(
@@ -136,8 +137,10 @@ class HeartbeatFlight:
         """``time.perf_counter()`` when it was first tried (the ``heartbeat`` duration's start)."""
         self.response: dict[str, Any] | None = None
         """Its response while its records are stored."""
-        self.commit: Coroutine[Any, Any, float | None] | None = None
-        """``GroupCommit.wait_async`` of its ticket while it runs."""
+        self.ticket = 0
+        """The group commit ticket of its job records (0: nothing to store)."""
+        self.ended_at: float | None = None
+        """When the last batch it waited for ended (``time.perf_counter``; None: stored before it waited)."""
 
     # ------------------------------------------------------------------ the steps
 
@@ -235,33 +238,25 @@ class HeartbeatFlight:
         if ticket <= 0:
             self._stored(None)
             return
-        self.commit = self.service.scheduler.commits.wait_async(ticket)
-        self._step_commit()
+        self.ticket = ticket
+        self._wait_stored()
 
-    def _step_commit(self, _done: object = None) -> None:
-        """One step of ``GroupCommit.wait_async`` (as a task steps a coroutine): on with the future it waits on,
-        or, once it returned, the answer."""
-        commit = self.commit
-        assert commit is not None
+    def _wait_stored(self, ended: asyncio.Future[float] | None = None) -> None:
+        """Its ticket waited for a step at a time (``GroupCommit.wait_step``, as ``wait_async`` awaits it): on with
+        the future of the next batch's end (whose callback this is), or, once its records are durable, the
+        answer."""
         try:
-            waited = commit.send(None)
-        except StopIteration as stop:
-            ended, failure = stop.value, None
-        except Exception as error:
-            ended, failure = None, error
-        else:
-            if waited is None:  # a bare yield: on at the loop's next turn
-                self.loop.call_soon(self._step_commit)
-            else:
-                waited._asyncio_future_blocking = False  # taken, as a task takes it
-                waited.add_done_callback(self._step_commit)
-            return
-        self.commit = None
-        if failure is not None:
+            if ended is not None:
+                self.ended_at = ended.result()
+            waited = self.service.scheduler.commits.wait_step(self.ticket, self.loop)
+        except (Exception, asyncio.CancelledError) as error:  # its batch failed; its loop is closing
             self.service.scheduler.record_duration("heartbeat", time.perf_counter() - self.began)
-            self.fail(failure)
+            self.fail(error)
             return
-        self._stored(ended)
+        if waited is not None:
+            waited.add_done_callback(self._wait_stored)
+            return
+        self._stored(self.ended_at)
 
     def _stored(self, ended: float | None) -> None:
         """Its records are durable (the batch that stored them ended at ``ended``; None: before the wait)."""

@@ -147,22 +147,31 @@ class GroupCommit:
             return None
         loop = asyncio.get_running_loop()
         ended_at: float | None = None
-        while True:
-            with self._mutex:
-                if ticket <= self._durable:
-                    self._raise_if_failed(ticket)
-                    return ended_at
-                ended: asyncio.Future[float] = loop.create_future()
-                self._async_waiters.append((loop, ended))
-                taken = None if self._committing else self._take()
-            if taken is not None:
-                batch, last, first = taken
-                writer = self._writer or self._start_writer()
-                if writer is None:  # no thread can start (the interpreter is exiting): written here
-                    self._commit(batch, first, last)  # (``ended`` resolved too)
-                else:
-                    writer.put((batch, first, last))
+        while (ended := self.wait_step(ticket, loop)) is not None:
             ended_at = await ended
+        return ended_at
+
+    def wait_step(self, ticket: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future[float] | None:
+        """One step of ``wait_async`` (on ``loop``'s thread), for callers that wait with callbacks instead of a
+        coroutine (a heartbeat's flight, ``heartbeat_flight.py``): None when ``ticket`` is durable (its batch's
+        error raised), else a future of ``loop`` resolved with when (``time.perf_counter``) the next batch ended,
+        after which the caller steps again. A step that finds no batch being written takes everything queued as
+        the next batch (this caller is its committer) and hands it to the group commit's thread."""
+        with self._mutex:
+            if ticket <= self._durable:
+                self._raise_if_failed(ticket)
+                return None
+            ended: asyncio.Future[float] = loop.create_future()
+            self._async_waiters.append((loop, ended))
+            taken = None if self._committing else self._take()
+        if taken is not None:
+            batch, last, first = taken
+            writer = self._writer or self._start_writer()
+            if writer is None:  # no thread can start (the interpreter is exiting): written here
+                self._commit(batch, first, last)  # (``ended`` resolved too)
+            else:
+                writer.put((batch, first, last))
+        return ended
 
     def _take(self) -> tuple[_Batch, int, int]:
         """Everything queued as the next batch (the condition held): (the batch, its last ticket, its first)."""
