@@ -8,7 +8,7 @@ operation, a fair-share update every simulated second) plus what the service's l
 snapshot published once a simulated second when something changed, and ``--starts`` operations started per
 simulated second into the queue (``bench/live_queue.py``'s mixed phase starts ~130 a second). The process's
 collector runs under the service's policy (``pooltree.server.gc_tuning.GC``: settled after set-up, then the
-survivors of each middle and full collection frozen, with ``POOLTREE_GC_TUNING=young`` every collection's, with
+survivors of every collection frozen, with ``POOLTREE_GC_TUNING=middle`` each middle and full one's, with
 ``full`` those of each full one at the next tick, ticks every 50 simulated ms); ``POOLTREE_GC_TUNING=0`` runs it
 without.
 

@@ -1,4 +1,4 @@
-"""The process's garbage-collector policy: freeze what survives each full (in the live service: each middle)
+"""The process's garbage-collector policy: freeze what survives each full (in the live service: each)
 collection.
 
 CPython's full (generation 2) collection walks every tracked object. A scheduler process holds hundreds of
@@ -22,20 +22,22 @@ Two ways to freeze, one policy:
   collections walks each survivor once (``gc.freeze`` only splices the collector's lists; nothing else runs);
 * *at the next tick* (``tick``, the live service's loop, ``pooltree.server.gc_tuning``, which also settles after
   revival: one full collection nobody waits for, then a freeze);
-* *at every middle collection* too (``middle``, the live service): a middle collection has just removed the
+* *at every middle collection* too (``middle``, the live service's in sessions 31-37): a middle collection has just removed the
   garbage among the young objects, and its survivors are frozen at its end, so the old generation stays empty and
   a full collection walks no more than a middle one. At 1,000 heartbeats/s beside ~1,000 API requests/s the
   freeze-after-full policy left a full collection about every second, walking the ~20-40k objects (~200k
   references) promoted since the last, 10-55 ms each (up to 160 ms on a loaded machine), a quarter to a third
   of the collector's time (``bench/RESULTS.md``, session 31);
-* *at every collection* (``young``, ``POOLTREE_GC_TUNING=young``): a young collection's survivors are frozen at
-  its end too, so every object is walked once, in the young generation, and no middle collection runs (a freeze
-  resets the generations' counts); then any cycle alive at a young collection is the valve's.
+* *at every collection* (``young``, the live service's since session 38, ``POOLTREE_GC_TUNING=1``): a young
+  collection's survivors are frozen at its end too, so every object is walked once, in the young generation, and
+  no middle collection runs (a freeze resets the generations' counts); then any cycle alive at a young collection
+  is the valve's.
 
 The price: a reference cycle among frozen objects that later becomes garbage is not collected (objects freed by
-reference counting, i.e. nearly all, are freed as before) until the policy is released or vented. With ``middle``
-that is any cycle alive at a middle collection (one runs every few tenths of a second, and a cycle made and
-dropped within a request is caught when one lands inside it), not only at a full one. The live service's paths
+reference counting, i.e. nearly all, are freed as before) until the policy is released or vented. With ``young``
+that is any cycle alive at a young collection (one runs every few tens of milliseconds under load, and a cycle
+made and dropped within a request is caught when one lands inside it; with ``middle``, at a middle one), not only
+at a full one. The live service's paths
 make none: ``tests/server/test_gc_tuning.py`` runs heartbeats, starts, updates, publications and the API's and
 pages' reads with everything frozen and the collector off, and one collection after them finds nothing (the
 Scheduling page's rows made one until session 38). Third-party code still makes some: Plotly's figures (the
@@ -51,8 +53,8 @@ holder calls it seldom: the live service when the frozen generation grew by half
 nothing in the core depends on when an object is collected.
 
 ``POOLTREE_GC_TUNING`` in the environment (`MODES`): ``0`` turns the policy off everywhere (for comparisons),
-``full`` keeps the live service to freezing full collections' survivors only; any other value than ``0``, ``1``
-or ``full`` is a ``ConfigError`` naming the variable.
+``full`` keeps the live service to freezing full collections' survivors only, ``middle`` to middle and full ones';
+any other value than ``0``, ``1``, ``full`` or ``middle`` is a ``ConfigError`` naming the variable.
 """
 
 from __future__ import annotations
@@ -86,23 +88,24 @@ class Vent(NamedTuple):
     """The vent's pause: its collections' wall time, every thread stopped (they hold the GIL)."""
 
 
-MODES = ("0", "1", "full", "young")
-"""``POOLTREE_GC_TUNING``'s values: off; on (the live service also freezes each middle collection's survivors,
-``GcPolicy.acquire``'s ``middle``); on with only full collections' survivors frozen (the policy before
-session 31, for comparisons and for a workload whose longer-lived garbage forms cycles); on with every
-collection's survivors frozen, young ones too (``young``, for comparisons: ``bench/RESULTS.md``, sessions 37-38)."""
+MODES = ("0", "1", "full", "middle")
+"""``POOLTREE_GC_TUNING``'s values: off; on (the live service freezes every collection's survivors, young ones too,
+``GcPolicy.acquire``'s ``young``: the default since session 38, ``bench/RESULTS.md``); on with only full
+collections' survivors frozen (the policy before session 31); on with middle and full collections' survivors
+frozen (``middle``, sessions 31-37's default). The last two are kept for comparisons and for a workload whose
+longer-lived garbage forms cycles."""
 
 
 def tuning_mode(environ: Mapping[str, str] | None = None) -> str:
     """``POOLTREE_GC_TUNING``: one of `MODES` (``1`` by default); anything else is a ``ConfigError`` naming it."""
     value = (os.environ if environ is None else environ).get(ENVIRONMENT, "1").strip()
     if value not in MODES:
-        raise ConfigError(ENVIRONMENT, f"must be 0, 1, full or young, got {value!r}")
+        raise ConfigError(ENVIRONMENT, f"must be 0, 1, full or middle, got {value!r}")
     return value
 
 
 def tuning_enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``POOLTREE_GC_TUNING`` (`tuning_mode`) turns the policy on (``1``, ``full`` or ``young``)."""
+    """Whether ``POOLTREE_GC_TUNING`` (`tuning_mode`) turns the policy on (``1``, ``full`` or ``middle``)."""
     return tuning_mode(environ) != "0"
 
 
@@ -173,9 +176,9 @@ class GcPolicy:
         """Hold the policy: the first holder installs the callback and the thresholds. ``at_collection``: freeze
         a full collection's survivors from the collector's callback (else at the next ``tick``). ``middle``: also
         freeze the survivors of every middle collection from the callback (and a full one's at once), so no
-        full collection walks more than a middle one does (the live service's, ``POOLTREE_GC_TUNING=1``).
+        full collection walks more than a middle one does (``POOLTREE_GC_TUNING=middle``).
         ``young``: freeze the survivors of every collection, young ones too, so each object is walked once
-        (``POOLTREE_GC_TUNING=young``)."""
+        (the live service's, ``POOLTREE_GC_TUNING=1``)."""
         if self._holders == 0:
             self._saved_thresholds = gc.get_threshold()
             gc.callbacks.append(self._callback)

@@ -125,7 +125,7 @@ def test_the_environment_switches_it_off() -> None:
 
 def test_a_bad_environment_value_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     with (
-        pytest.raises(ConfigError, match=f"{ENVIRONMENT}: must be 0, 1, full or young, got 'yes'"),
+        pytest.raises(ConfigError, match=f"{ENVIRONMENT}: must be 0, 1, full or middle, got 'yes'"),
         survivors_frozen({ENVIRONMENT: "yes"}),
     ):
         pass
@@ -134,7 +134,7 @@ def test_a_bad_environment_value_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
         Simulation(parse_project()).run()
     done = run_fair_share("examples/project-root.yaml")
     assert done.exit_code != 0
-    assert f"{ENVIRONMENT}: must be 0, 1, full or young, got 'on'" in done.output
+    assert f"{ENVIRONMENT}: must be 0, 1, full or middle, got 'on'" in done.output
 
 
 def parse_project() -> Any:

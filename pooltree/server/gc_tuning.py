@@ -9,17 +9,18 @@ simulator and ``pooltree fair-share`` (``pooltree.gc_policy``); the service appl
   (everything alive then moves to the permanent generation, which no collection walks) and short-walk thresholds
   (``THRESHOLDS``): a middle-generation collection walks at most ~1000 x (5 + 1) objects and, with the survivors
   of each full collection frozen, a full one at most ~3 times that (it comes every 3rd middle one);
-* at the end of every middle and full collection (``pooltree.gc_policy``'s ``middle``): freeze the survivors too.
-  The collection has just removed the garbage among what it walked, so what is frozen is alive; the old
-  generation stays empty and a full collection walks no more than a middle one (``POOLTREE_GC_TUNING=full``: only
-  the survivors of each full collection, at the service loop's next ``tick``, the policy before session 31: a
-  full collection then walked everything promoted since the last, about once a second at 1,000 nodes;
-  ``young``: every collection's survivors, young ones too, so no middle collection runs; not the default, see
-  ``bench/RESULTS.md``, session 38).
+* at the end of every collection, young ones too (``pooltree.gc_policy``'s ``young``, the default since session
+  38): freeze the survivors. The collection has just removed the garbage among what it walked, so what is frozen
+  is alive; each object is walked once, in the young generation, and no middle collection runs
+  (``POOLTREE_GC_TUNING=middle``: every middle and full collection's survivors, sessions 31-37's default, whose
+  middle collections walked again what five young ones had walked; ``full``: only the survivors of each full
+  collection, at the service loop's next ``tick``, the policy before session 31: a full collection then walked
+  everything promoted since the last, about once a second at 1,000 nodes; ``bench/RESULTS.md``, session 38).
 
 The price: a reference cycle among frozen objects that later becomes garbage is not collected (objects freed
-by reference counting, i.e. nearly all, are freed as before): with ``middle``, any cycle alive at a middle
-collection. The valve bounds it: once per ``FROZEN_RECOUNT_SECONDS`` the service loop's ``tick`` counts the frozen
+by reference counting, i.e. nearly all, are freed as before): any cycle alive at a young collection (with
+``middle``: at a middle one). Code that makes and drops cycles runs inside ``GcPolicy.unfrozen`` (the web UI's
+charts and pretty JSON). The valve bounds it: once per ``FROZEN_RECOUNT_SECONDS`` the service loop's ``tick`` counts the frozen
 generation, and when it grew by ``VALVE_GROWTH`` (half) of its size after the last vent or the settling, and by at
 least ``VALVE_MIN_GROWTH`` objects, it vents (``GcPolicy.vent``: everything unfrozen, one full collection, what
 lives frozen again). Growth by live objects (a longer queue, more running jobs) vents too, as seldom as the heap
@@ -106,9 +107,9 @@ class GcTuning:
         """Collections of at least ``STALL_SECONDS`` (``live/tail.py``), by generation."""
         self.tuned = False
         self.middle = False
-        """Whether the held policy freezes each middle collection's survivors (``POOLTREE_GC_TUNING=1``)."""
+        """Whether the held policy freezes each middle collection's survivors (``POOLTREE_GC_TUNING=middle``)."""
         self.young = False
-        """Whether it freezes every collection's survivors, young ones too (``POOLTREE_GC_TUNING=young``)."""
+        """Whether it freezes every collection's survivors, young ones too (``POOLTREE_GC_TUNING=1``, the default)."""
         self._began: float | None = None
         self._began_cpu = 0.0
         """The collecting thread's CPU clock at the collection's start (only while ``heartbeat_trace.py`` is on)."""
@@ -188,7 +189,7 @@ class GcTuning:
         frozen at the next ``tick``), one full collection, freeze what survives."""
         if not self.tuned:
             mode = tuning_mode()
-            self.middle, self.young = mode == "1", mode == "young"
+            self.middle, self.young = mode == "middle", mode == "1"
             POLICY.acquire(at_collection=False, middle=self.middle, young=self.young)
             self.tuned = True
         self._settling = True  # start-up's own collection is not a pause anyone waits for: not counted

@@ -111,9 +111,9 @@ def test_frozen_objects_are_counted_at_most_once_per_period(monkeypatch: pytest.
 def test_young_collections_freeze_their_survivors_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """POOLTREE_GC_TUNING=young: a young collection's survivors are frozen at its end, so no middle collection walks
-    them again (the default, ``1``, leaves them to the next middle collection)."""
-    monkeypatch.setenv("POOLTREE_GC_TUNING", "young")
+    """POOLTREE_GC_TUNING=1 (the default): a young collection's survivors are frozen at its end, so no middle
+    collection walks them again (``middle``, the default of sessions 31-37, left them to the next middle one)."""
+    monkeypatch.delenv("POOLTREE_GC_TUNING", raising=False)
     service = _service(tmp_path, tune_gc=True)
 
     async def scenario() -> None:
@@ -135,9 +135,9 @@ def test_young_collections_freeze_their_survivors_at_once(
 def test_middle_collections_freeze_their_survivors_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """POOLTREE_GC_TUNING=1: a middle collection's survivors are frozen at its end (no full collection walks
+    """POOLTREE_GC_TUNING=middle: a middle collection's survivors are frozen at its end (no full collection walks
     them); the old policy (``full``) left them to the next full collection."""
-    monkeypatch.setenv("POOLTREE_GC_TUNING", "1")
+    monkeypatch.setenv("POOLTREE_GC_TUNING", "middle")
     thresholds = gc.get_threshold()
     service = _service(tmp_path, tune_gc=True)
 
@@ -192,9 +192,9 @@ def test_environment_modes_are_checked() -> None:
     assert tuning_mode({}) == "1"
     assert tuning_mode({"POOLTREE_GC_TUNING": "full"}) == "full"
     assert tuning_enabled({"POOLTREE_GC_TUNING": "full"}) is True
-    assert tuning_mode({"POOLTREE_GC_TUNING": "young"}) == "young"
-    with pytest.raises(ConfigError, match="0, 1, full or young"):
-        tuning_mode({"POOLTREE_GC_TUNING": "middle"})
+    assert tuning_mode({"POOLTREE_GC_TUNING": "middle"}) == "middle"
+    with pytest.raises(ConfigError, match="0, 1, full or middle"):
+        tuning_mode({"POOLTREE_GC_TUNING": "young"})
 
 
 def test_the_live_paths_leave_no_cycles_for_the_policy_to_freeze(tmp_path: Path) -> None:
