@@ -100,23 +100,35 @@ def _write_calls() -> int:
         return 0
 
 
+class Meter:
+    """The CPU (user, system), wall seconds and write system calls of what runs between its making and
+    ``figures``."""
+
+    def __init__(self) -> None:
+        self.calls, self.times, self.began = _write_calls(), os.times(), time.perf_counter()
+
+    def figures(self) -> dict[str, float]:
+        after, wall, calls = os.times(), time.perf_counter() - self.began, _write_calls() - self.calls
+        return {
+            "user": after.user - self.times.user,
+            "system": after.system - self.times.system,
+            "wall": wall,
+            "writes": calls,
+        }
+
+
 def replay(transactions: list[list[JobRecord]], path: Path) -> dict[str, float]:
     """Write ``transactions`` into a fresh store at ``path``: CPU (user, system), wall seconds, write calls."""
     store = open_store(f"sqlite:///{path}")
     assert isinstance(store, SqlStore)
-    calls, before, wall = _write_calls(), os.times(), time.perf_counter()
+    meter = Meter()
     for transaction in transactions:
         store.put_jobs(transaction)
         store.checkpoint_journal()  # as the group commit's thread does after a batch
-    after, wall, calls = os.times(), time.perf_counter() - wall, _write_calls() - calls
+    figures = meter.figures()
     store.close()
     _remove_store(path)
-    return {
-        "user": after.user - before.user,
-        "system": after.system - before.system,
-        "wall": wall,
-        "writes": calls,
-    }
+    return figures
 
 
 def _remove_store(path: Path) -> None:
@@ -154,7 +166,7 @@ def replay_folded(transactions: list[list[JobRecord]], path: Path, fold_rows: in
             store._check_before_commit()
             cursor.execute("COMMIT")
 
-    calls, before, wall = _write_calls(), os.times(), time.perf_counter()
+    meter = Meter()
     for transaction in transactions:
         rows = [row(record) for record in transaction]
         values = ", ".join(["(" + ", ".join("?" * 8) + ")"] * len(rows))
@@ -167,20 +179,12 @@ def replay_folded(transactions: list[list[JobRecord]], path: Path, fold_rows: in
             folds.append(time.perf_counter() - began)
             pending = 0
         store.checkpoint_journal()
-    after, wall, calls = os.times(), time.perf_counter() - wall, _write_calls() - calls
+    figures = meter.figures()
     write([(FOLD, ()), ("DELETE FROM appended", ())])  # the rest, outside the measure: every row in the table
     stored = connection.execute("SELECT count(*) FROM jobs").fetchone()[0]
     store.close()
     _remove_store(path)
-    return {
-        "user": after.user - before.user,
-        "system": after.system - before.system,
-        "wall": wall,
-        "writes": calls,
-        "fold_cpu": fold_cpu,
-        "folds": folds,
-        "jobs": stored,
-    }
+    return {**figures, "fold_cpu": fold_cpu, "folds": folds, "jobs": stored}
 
 
 def replay_log(transactions: list[list[JobRecord]], path: Path) -> dict[str, float]:
@@ -190,20 +194,15 @@ def replay_log(transactions: list[list[JobRecord]], path: Path) -> dict[str, flo
     power loss may lose the last). Not a store: nothing reads it back."""
     row = SqlStore._job_row
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    calls, before, wall = _write_calls(), os.times(), time.perf_counter()
+    meter = Meter()
     try:
         for transaction in transactions:
             os.write(fd, b"".join(orjson.dumps(row(record)) + b"\n" for record in transaction))
-        after, wall, calls = os.times(), time.perf_counter() - wall, _write_calls() - calls
+        figures = meter.figures()
     finally:
         os.close(fd)
         path.unlink(missing_ok=True)
-    return {
-        "user": after.user - before.user,
-        "system": after.system - before.system,
-        "wall": wall,
-        "writes": calls,
-    }
+    return figures
 
 
 def chunks(rows: list[JobRecord], size: int) -> list[list[JobRecord]]:
