@@ -208,6 +208,7 @@ def _group_commit(scheduler: LiveScheduler) -> Iterator[Metric]:
         ("batches", commits.batches, "Store transactions of the group commit"),
         ("submissions", commits.tickets, "Submissions (a heartbeat's job records) the group commit stored"),
         ("records", commits.records, "Job records the group commit stored"),
+        ("gathered", commits.gathered, "Group commit transactions whose take waited for the commit interval"),
     ):
         counter = CounterMetricFamily(f"pooltree_scheduler_group_commit_{name}", text)
         counter.add_metric([], float(value))

@@ -29,6 +29,17 @@ After a batch written there has woken its waiters, that thread runs ``after_batc
 journal, ``Store.checkpoint_journal``): no waiter of the batch waits for it, and the next batch, queued meanwhile,
 is written after it on the same thread (in order with it). A committer on a waiter's own thread (``wait``,
 ``flush``: under the scheduling lock) never runs it.
+
+The commit interval (``interval``; the service's ``COMMIT_INTERVAL``, ``POOLTREE_COMMIT_INTERVAL``): an event-loop
+committer takes its batch at least ``interval`` seconds after the previous batch was taken, so a busy scheduler
+writes at most one transaction an interval and each carries more heartbeats (PostgreSQL's ``commit_delay`` for the
+same reason). A heartbeat that comes ``interval`` or more after the last take (a quiet scheduler) is taken at once,
+so the interval delays answers only while transactions would otherwise follow each other closely, and by at most
+the interval. Each transaction has a fixed cost (``BEGIN``, ``COMMIT``, the file check, the checkpoint's look at the
+journal, the hand-off to this thread and the loop's wake-up, each a release of the interpreter that the busy
+heartbeat loop makes dear to take back): live at 1,000 nodes, without the interval, transactions came every
+~1.4 ms with 1.4-1.5 heartbeats each (``bench/RESULTS.md``, session 39). ``wait`` and ``flush`` (under the
+scheduling lock) never wait for the interval: they take what is queued at once.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from pooltree.server.heartbeat_trace import TRACE
+from pooltree.server.knobs import seconds_override
 from pooltree.server.live.lock import resolve_all
 from pooltree.server.stalls import StallRing
 from pooltree.server.store import JobRecord, Mutation, OperationRecord
@@ -48,6 +60,17 @@ from pooltree.server.store import JobRecord, Mutation, OperationRecord
 log = logging.getLogger(__name__)
 
 FAILURES_KEPT = 64
+
+COMMIT_INTERVAL = 0.008
+"""Seconds an event-loop committer waits past the previous batch's take before it takes the next (the module's
+doc): at most ~125 transactions a second however many heartbeats come; a heartbeat's answer waits at most this
+much more. Measured at 1,000 nodes (``bench/RESULTS.md``, session 39). ``POOLTREE_COMMIT_INTERVAL`` (seconds in
+[0, 1]; 0: every committer takes at once, as before) overrides it for comparisons."""
+
+
+def commit_interval() -> float:
+    """``POOLTREE_COMMIT_INTERVAL`` when it is seconds in [0, 1], else ``COMMIT_INTERVAL``."""
+    return seconds_override("POOLTREE_COMMIT_INTERVAL", COMMIT_INTERVAL, lambda v: 0 <= v <= 1, "[0, 1]")
 
 OperationWrite = tuple[OperationRecord, Mutation | None]
 """An operation's record and the mutation saved in its commit (a start's)."""
@@ -61,7 +84,10 @@ class GroupCommit:
         write: Callable[[Sequence[JobRecord]], None],
         write_operations: Callable[[Sequence[OperationWrite], Sequence[JobRecord]], None] | None = None,
         after_batch: Callable[[], object] | None = None,
+        interval: float = 0.0,
     ) -> None:
+        if not 0 <= interval < float("inf"):
+            raise ValueError(f"the group commit's interval must be non-negative seconds, not {interval!r}")
         self._write = write
         self._write_operations = write_operations
         """Writes a batch holding operation records (theirs and the job records in one transaction)."""
@@ -80,6 +106,16 @@ class GroupCommit:
         self._durable = 0
         """Every ticket up to this one is settled (stored, or its batch failed)."""
         self._committing = False
+        self.interval = interval
+        """Seconds past a batch's take before an event-loop committer takes the next (the module's doc)."""
+        self._taken_at = -float("inf")
+        """``time.monotonic()`` of the last batch's take."""
+        self._gathering_until: float | None = None
+        """While an event-loop committer waits out the interval: when (``time.monotonic()``) it takes its batch.
+        Waiters that come meanwhile join that batch; one whose step finds it overdue (its loop stopped before
+        its timer ran) takes the batch itself."""
+        self.gathered = 0
+        """Batches whose take waited for the interval (``pooltree_scheduler_group_commit_gathered_total``)."""
         self._failures: list[tuple[int, int, BaseException]] = []
         """(first ticket, last ticket, error) of failed batches, the latest ``FAILURES_KEPT``."""
         self._writer: _Writer | None = None
@@ -156,28 +192,61 @@ class GroupCommit:
         coroutine (a heartbeat's flight, ``heartbeat_flight.py``): None when ``ticket`` is durable (its batch's
         error raised), else a future of ``loop`` resolved with when (``time.perf_counter``) the next batch ended,
         after which the caller steps again. A step that finds no batch being written takes everything queued as
-        the next batch (this caller is its committer) and hands it to the group commit's thread."""
+        the next batch (this caller is its committer) and hands it to the group commit's thread; if the previous
+        batch was taken less than ``interval`` ago, it gathers instead: a timer on ``loop`` takes the batch once the
+        interval has passed, with whatever was queued meanwhile."""
         with self._mutex:
             if ticket <= self._durable:
                 self._raise_if_failed(ticket)
                 return None
             ended: asyncio.Future[float] = loop.create_future()
             self._async_waiters.append((loop, ended))
-            taken = None if self._committing else self._take()
-        if taken is not None:
-            batch, last, first = taken
-            writer = self._writer or self._start_writer()
-            if writer is None:  # no thread can start (the interpreter is exiting): written here
-                self._commit(batch, first, last)  # (``ended`` resolved too)
-            else:
-                writer.put((batch, first, last))
+            if self._committing:
+                return ended
+            now = time.monotonic()
+            until = self._gathering_until
+            if until is None:
+                until = self._taken_at + self.interval
+                if until > now:  # the previous batch was taken less than an interval ago: gather until then
+                    self._gathering_until = until
+                    loop.call_later(until - now, self._gathered, until)
+                    return ended
+            elif until > now:  # another waiter gathers; a timer on this loop too, in case that one's loop stops
+                if self._async_waiters[0][0] is not loop:
+                    loop.call_later(until - now, self._gathered, until)
+                return ended
+            taken = self._take()
+        self._hand_over(taken)
         return ended
+
+    def _gathered(self, until: float) -> None:
+        """The interval's timer (on a waiter's loop) for the gathering that ends at ``until``: the batch gathered
+        meanwhile is taken and handed over, unless a committer took it already (``wait`` or an overdue step)."""
+        with self._mutex:
+            if self._gathering_until != until or self._committing:
+                return
+            taken = self._take()
+        self._hand_over(taken)
+
+    def _hand_over(self, taken: tuple[_Batch, int, int]) -> None:
+        """A batch taken by an event-loop committer to the group commit's thread."""
+        batch, last, first = taken
+        writer = self._writer or self._start_writer()
+        if writer is None:  # no thread can start (the interpreter is exiting): written here
+            self._commit(batch, first, last)  # (its waiters resolved too)
+        else:
+            writer.put((batch, first, last))
 
     def _take(self) -> tuple[_Batch, int, int]:
         """Everything queued as the next batch (the condition held): (the batch, its last ticket, its first)."""
         batch = _Batch(list(self._queue.values()), self._operations)
         self._queue, self._operations = {}, []
         self._committing = True
+        now = time.monotonic()
+        if self._gathering_until is not None:
+            self._gathering_until = None
+            self.gathered += 1
+        self._taken_at = now
         return batch, self._submitted, self._durable + 1
 
     def _start_writer(self) -> _Writer | None:

@@ -26,7 +26,7 @@ from pooltree.config import OperationSpec
 from pooltree.node.wire import HeartbeatRequest
 from pooltree.server.live.alerts import SchedulerAlerts
 from pooltree.server.live.commands import OperationCommands
-from pooltree.server.live.commit import GroupCommit
+from pooltree.server.live.commit import GroupCommit, commit_interval
 from pooltree.server.live.counts import OperationCounts
 from pooltree.server.live.generation import StateGeneration
 from pooltree.server.live.index import Reservations, RunningJobs
@@ -96,7 +96,9 @@ class LiveScheduler:
         """The operations holding revived jobs per node."""
         self.heartbeat_throttle = HeartbeatThrottle(throttle_settings)
         """Heartbeats in flight; throttles them past YTsaurus's concurrent heartbeat limits (``throttle.py``)."""
-        self.commits = GroupCommit(store.put_jobs, store.put_operations, store.checkpoint_journal)
+        self.commits = GroupCommit(
+            store.put_jobs, store.put_operations, store.checkpoint_journal, interval=commit_interval()
+        )
         """Job records of heartbeats and starts' operation records, stored in batches outside the lock, the
         store's journal checkpointed after a batch's waiters were woken (``commit.py``)."""
         self.allocation_jobs: dict[str, str] = {}
