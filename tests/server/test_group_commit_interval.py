@@ -45,7 +45,9 @@ def test_a_busy_committer_waits_out_the_interval_and_a_quiet_one_does_not() -> N
 
     async def main() -> tuple[float, float]:
         first_submitted = time.monotonic()
-        await asyncio.wait_for(commits.wait_async(commits.submit([_record("a")])), WAIT)  # nothing taken before
+        await asyncio.wait_for(
+            commits.wait_async(commits.submit([_record("a")])), WAIT
+        )  # nothing taken before
         # two heartbeats right after: the first gathers until an interval past a's take, the second joins it
         second, third = commits.submit([_record("b")]), commits.submit([_record("c")])
         await asyncio.wait_for(asyncio.gather(commits.wait_async(second), commits.wait_async(third)), WAIT)
@@ -176,4 +178,6 @@ def test_the_scheduler_gathers_by_its_interval_and_says_so(
         commits.close()
     assert (commits.batches, commits.gathered) == (2, 1)
     assert {record.id for record in live.store.list_jobs("op")} == {"a", "b"}
-    assert "pooltree_scheduler_group_commit_gathered_total 1.0" in generate_latest(make_registry(live)).decode()
+    assert (
+        "pooltree_scheduler_group_commit_gathered_total 1.0" in generate_latest(make_registry(live)).decode()
+    )
