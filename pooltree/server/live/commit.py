@@ -72,6 +72,7 @@ def commit_interval() -> float:
     """``POOLTREE_COMMIT_INTERVAL`` when it is seconds in [0, 1], else ``COMMIT_INTERVAL``."""
     return seconds_override("POOLTREE_COMMIT_INTERVAL", COMMIT_INTERVAL, lambda v: 0 <= v <= 1, "[0, 1]")
 
+
 OperationWrite = tuple[OperationRecord, Mutation | None]
 """An operation's record and the mutation saved in its commit (a start's)."""
 
@@ -211,7 +212,9 @@ class GroupCommit:
                     self._gathering_until = until
                     loop.call_later(until - now, self._gathered, until)
                     return ended
-            elif until > now:  # another waiter gathers; a timer on this loop too, in case that one's loop stops
+            elif (
+                until > now
+            ):  # another waiter gathers; a timer on this loop too, in case that one's loop stops
                 if self._async_waiters[0][0] is not loop:
                     loop.call_later(until - now, self._gathered, until)
                 return ended
