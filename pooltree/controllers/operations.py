@@ -19,6 +19,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -164,7 +165,7 @@ class OperationControllerBase:
         self._tasks: dict[str, _TaskState] = {}
         for task in tasks:
             state = _TaskState(task)
-            state.pending.extend(Job(task.name, index) for index in range(task.job_count))
+            state.pending.extend(map(Job, repeat(task.name, task.job_count), range(task.job_count)))
             self._tasks[task.name] = state
         self._next_allocation = 0
         self._running: dict[str, Job] = {}

@@ -13,12 +13,12 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pooltree.config import OperationSpec
 from pooltree.controllers.memory import RestartReserve
-from pooltree.controllers.operations import VanillaController
+from pooltree.controllers.operations import Job, VanillaController
 from pooltree.resources import vector
 from pooltree.server.live.model import LiveVanillaController, build_tasks
 from pooltree.strategy import ExecNode, FinishedAllocation
@@ -207,3 +207,47 @@ def test_a_task_reserved_whole_with_and_without_restart_reserves() -> None:
             states.append(_state(controller))
             controller.release("n0")
         assert states[0] == states[1], factors
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    extra=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3), st.booleans()), max_size=12),
+    revived=st.lists(
+        st.tuples(st.sampled_from(["completed", "running"]), st.sampled_from(["a", "b"]), st.integers(0, 3)),
+        max_size=12,
+    ),
+)
+@example(extra=[("a", 1, False), ("a", 1, True)], revived=[("running", "a", 1)] * 3 + [("completed", "a", 1)])
+def test_revival_of_a_queue_that_repeats_an_index_is_the_scans(
+    extra: list[tuple[str, int, bool]], revived: list[tuple[str, str, int]]
+) -> None:
+    """A pending queue that holds an index more than once (a job put back, a part of a split job): revival takes
+    each index's jobs in queue order and leaves the rest in order, as the scan per record does (`reviving`'s
+    second index); a queue with one job per index is left as the scan leaves it too (the first test)."""
+    controllers = _pair()
+    for controller in controllers:
+        for n, (task, index, front) in enumerate(extra):
+            job = Job(task, index, fraction=1.0 / (n + 2))
+            pending = controller._tasks[task].pending
+            pending.appendleft(job) if front else pending.append(job)
+        controller._refresh()
+        with controller.reviving():
+            for n, (state, task, index) in enumerate(revived):
+                if state == "completed":
+                    controller.mark_completed(task, index)
+                else:
+                    controller.reserve(f"n{n}", task, index, f"j-{task}-{index}-{n}", float(n))
+
+    def jobs(controller: LiveVanillaController) -> Any:
+        pending = {
+            task: [(j.index, j.fraction) for j in state.pending] for task, state in controller._tasks.items()
+        }
+        reserved = {
+            (node, key): (job.index, job.fraction)
+            for node, held in controller._reserved.items()
+            for key, (job, _) in held.items()
+        }
+        return pending, reserved, controller.completed_job_count
+
+    assert _state(controllers[0]) == _state(controllers[1])
+    assert jobs(controllers[0]) == jobs(controllers[1])

@@ -96,11 +96,15 @@ class LiveVanillaController(VanillaController):
         self._reserved: dict[str, dict[tuple[str, int], tuple[Job, str]]] = {}
         self._reserved_by_task: dict[str, int] = {}
         """task → how many of its jobs are reserved (the counts `_refresh` adds without walking the jobs)."""
-        self._revival_index: dict[str, dict[int, list[Job]]] | None = None
-        """While `reviving`: per task, its pending jobs by index (in queue order), so each revived record takes its
-        job without a scan of the queue; None otherwise."""
+        self._revival_index: dict[str, dict[int, Job]] | None = None
+        """While `reviving`: per task, its first pending job of each index, so each revived record takes its job
+        without a scan of the queue; None otherwise. Built from the queue backwards, so (with no job's index
+        repeated) its order is the queue's reversed, and what a revival leaves in it is the queue that remains."""
+        self._revival_more: dict[str, dict[int, list[Job]]] = {}
+        """While `reviving`: per task whose queue repeats an index, the later pending jobs of each repeated index
+        (in queue order): taken in turn after the first."""
         self._revival_taken: set[int] = set()
-        """While `reviving`: ids of the jobs taken out of the pending queues, removed from them at its end."""
+        """While `reviving`: ids of the jobs taken out of a queue that repeats an index, removed at its end."""
         super().__init__(operation_id, tasks, interruption_signal=interruption_signal)
         self.revived_allocations: dict[str, str] = {}
         """allocation id → job id of re-attached jobs (the agent already runs them)."""
@@ -170,23 +174,37 @@ class LiveVanillaController(VanillaController):
     @contextlib.contextmanager
     def reviving(self) -> Iterator[None]:
         """Revival's marks (`mark_completed`, `reserve`) in one pass: each takes its job from an index of the
-        pending queues instead of scanning them, the queues are filtered once at the end, in their order, and
-        the counts are refreshed once (a restarted scheduler's revival scanned and refreshed per job record:
-        quadratic in an operation's jobs)."""
-        index: dict[str, dict[int, list[Job]]] = {}
+        pending queues instead of scanning them, the queues are set once at the end, in their order, and the
+        counts are refreshed once (a restarted scheduler's revival scanned and refreshed per job record:
+        quadratic in an operation's jobs).
+
+        The index is one map per task, index → first pending job, made from the queue backwards; a queue with no
+        repeated index (a revived controller's: one job per index) is then, at the end, what is left in its map,
+        reversed, with no walk of the jobs in Python; a queue that repeats an index keeps its later jobs in
+        ``_revival_more`` and is filtered by the taken jobs' ids."""
+        index: dict[str, dict[int, Job]] = {}
+        more: dict[str, dict[int, list[Job]]] = {}
         for name, state in self._tasks.items():
-            by_index: dict[int, list[Job]] = {}
-            for job in state.pending:
-                by_index.setdefault(job.index, []).append(job)
+            by_index = {job.index: job for job in reversed(state.pending)}
+            if len(by_index) != len(state.pending):
+                repeated: dict[int, list[Job]] = {}
+                for job in state.pending:
+                    if by_index[job.index] is not job:
+                        repeated.setdefault(job.index, []).append(job)
+                more[name] = repeated
             index[name] = by_index
-        self._revival_index, self._revival_taken = index, set()
+        self._revival_index, self._revival_more, self._revival_taken = index, more, set()
         try:
             yield
         finally:
-            taken, self._revival_index = self._revival_taken, None
-            self._revival_taken = set()
-            for state in self._tasks.values():
-                if any(id(job) in taken for job in state.pending):
+            taken = self._revival_taken
+            self._revival_index, self._revival_more, self._revival_taken = None, {}, set()
+            for name, state in self._tasks.items():
+                if name not in more:
+                    if len(index[name]) != len(state.pending):
+                        state.pending.clear()
+                        state.pending.extend(reversed(index[name].values()))
+                elif any(id(job) in taken for job in state.pending):
                     kept = [job for job in state.pending if id(job) not in taken]
                     state.pending.clear()
                     state.pending.extend(kept)
@@ -202,11 +220,15 @@ class LiveVanillaController(VanillaController):
             return None
         if self._revival_index is not None:
             # `reviving`: the first pending job of that index, as the scan below finds it
-            jobs = self._revival_index[task].get(index)
-            if not jobs:
+            job = self._revival_index[task].pop(index, None)
+            if job is None:
                 return None
-            job = jobs.pop(0)
-            self._revival_taken.add(id(job))
+            repeated = self._revival_more.get(task)
+            if repeated is not None:
+                self._revival_taken.add(id(job))
+                later = repeated.get(index)
+                if later:
+                    self._revival_index[task][index] = later.pop(0)
             return job
         for job in state.pending:
             if job.index == index:
