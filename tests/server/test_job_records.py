@@ -5,6 +5,11 @@ every field, read as before."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pooltree.server.live.model import LiveJob
 from pooltree.server.store import JobRecord, open_store
@@ -109,3 +114,67 @@ def test_a_record_with_every_field_written_reads_as_the_compact_one() -> None:
         }
         old = JobRecord(*dataclasses.astuple(compact)[:-1], document=full)  # type: ignore[misc]
         assert _fields(LiveJob.from_record(old)) == _fields(LiveJob.from_record(compact)) == _fields(job)
+
+
+def _read_every_field(record: JobRecord) -> LiveJob:
+    """The reference: ``from_record`` as it was, each field read from the document by name."""
+    doc = record.document
+    return LiveJob(
+        id=record.id,
+        operation_id=record.operation_id,
+        task_name=doc.get("task_name", "main"),
+        job_index=int(doc.get("job_index", 0)),
+        address=record.address,
+        tree=doc.get("tree", ""),
+        start_time=record.start_time,
+        state=record.state,
+        finish_time=record.finish_time,
+        error=doc.get("error"),
+        exit_code=doc.get("exit_code"),
+        abort_reason=doc.get("abort_reason"),
+        interruption_reason=doc.get("interruption_reason"),
+        statistics=dict(doc.get("statistics") or {}),
+        stderr=doc.get("stderr") or "",
+        stderr_size=int(doc.get("stderr_size") or 0),
+        interruption_info=doc.get("interruption_info"),
+        gpu_devices=tuple(doc.get("gpu_devices") or ()),
+        job_competition_id=doc.get("job_competition_id"),
+        has_competitors=bool(doc.get("has_competitors")),
+    )
+
+
+_DOCUMENT_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from(["", "x", "7", 0.0, 2.5]),
+    st.lists(st.integers(0, 3), max_size=3),
+    st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 3), max_size=2),
+)
+
+
+def _outcome(read: Callable[[JobRecord], LiveJob], record: JobRecord) -> Any:
+    try:
+        return _fields(read(record))
+    except (TypeError, ValueError):  # of two bad fields, either may be the one refused
+        return "refused"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    document=st.dictionaries(
+        st.sampled_from([*STORED[2:], "allocation_id", "missed_heartbeats", "unknown"]),
+        _DOCUMENT_VALUES,
+        max_size=8,
+    ),
+    state=st.sampled_from(["running", "completed", "aborted"]),
+    finish_time=st.none() | st.just(12.0),
+)
+def test_a_record_reads_as_each_field_read_by_name(
+    document: dict[str, Any], state: str, finish_time: float | None
+) -> None:
+    """Any document, with any of the fields (nulls, falsy and odd values, unknown keys, the runtime-only fields
+    that a record never carries): ``from_record``, which reads only the keys the document has, gives the job (or
+    the refusal) that reading every field by name gives."""
+    record = JobRecord("op1", "j1", state, "n1:9012", 10.5, finish_time, None, document)
+    assert _outcome(LiveJob.from_record, record) == _outcome(_read_every_field, record)

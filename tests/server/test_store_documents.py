@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import math
 from typing import Any
 
@@ -107,3 +108,71 @@ def test_a_job_document_is_written_by_orjson_as_the_standard_library_writes_it()
     assert dump_document(document) == dump_json(document)
     running = {**document, "statistics": {}, "exit_code": None, "job_competition_id": None}
     assert dump_document(running) == dump_json(running)
+
+
+def _dumped(value: Any) -> str | None:
+    try:
+        return dump_json(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _loaded(text: str) -> tuple[str, Any]:
+    try:
+        return "value", load_json(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        return "refused", type(error) is RecursionError
+
+
+def _standard(text: str) -> tuple[str, Any]:
+    try:
+        return "value", json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        return "refused", type(error) is RecursionError
+
+
+_TEXTS = st.one_of(
+    st.text(max_size=30),
+    st.text(alphabet='0123456789-+.eE[]{}":,NaInfity \\u', max_size=40),
+    st.integers().map(str),
+    st.integers(min_value=-(2**80), max_value=2**80).map(lambda n: f'{{"n":{n},"s":"{n}"}}'),
+    st.sampled_from(
+        [
+            "NaN",
+            "[Infinity,-Infinity]",
+            "1e400",
+            "-1e400",
+            "1e-400",
+            '"\\ud800"',
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "9223372036854775807",
+            "1.0000000000000000000001",
+            '{"a":1,"a":2}',
+            "-0",
+            "-0.0",
+            " [1] ",
+            "[1,]",
+            '"a\x01"',
+            "[" * 2000 + "]" * 2000,
+        ]
+    ),
+)
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.one_of(_values().map(_dumped), _TEXTS))
+def test_a_stored_text_is_read_as_the_standard_library_reads_it(text: str | None) -> None:
+    """``load_json`` (orjson where it reads the same) gives what ``json.loads`` gives, for the texts the store
+    writes (``dump_json``: integers past 64 bits, ``NaN``, infinities, lone surrogates, any text) and any text
+    at all: the same value (an integer never read as a float) or a refusal."""
+    if text is None:
+        return
+    plain = _standard(text)
+    fast = _loaded(text)
+    assert plain[0] == fast[0], (text, plain, fast)
+    if plain[0] == "refused":
+        assert plain == fast  # a JSONDecodeError (orjson's is one), or too deep for both
+    else:
+        assert _same(fast[1], plain[1]), (text, plain, fast)

@@ -9,7 +9,7 @@ import contextlib
 import os
 import secrets
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -430,8 +430,12 @@ class LiveJob:
 
     @classmethod
     def from_record(cls, record: JobRecord) -> LiveJob:
+        """The job a record was made from (``record``): the fields its document holds, read by
+        ``_RECORD_FIELDS``, the rest their defaults (a missing field reads as its default, as every field of the
+        rows older builds wrote does). Only the keys the document has are read (a running job's three, not the
+        seventeen: a restarted scheduler reads every job record)."""
         doc = record.document
-        return cls(
+        job = cls(
             id=record.id,
             operation_id=record.operation_id,
             task_name=doc.get("task_name", "main"),
@@ -441,18 +445,12 @@ class LiveJob:
             start_time=record.start_time,
             state=record.state,
             finish_time=record.finish_time,
-            error=doc.get("error"),
-            exit_code=doc.get("exit_code"),
-            abort_reason=doc.get("abort_reason"),
-            interruption_reason=doc.get("interruption_reason"),
-            statistics=dict(doc.get("statistics") or {}),
-            stderr=doc.get("stderr") or "",
-            stderr_size=int(doc.get("stderr_size") or 0),
-            interruption_info=doc.get("interruption_info"),
-            gpu_devices=tuple(doc.get("gpu_devices") or ()),
-            job_competition_id=doc.get("job_competition_id"),
-            has_competitors=bool(doc.get("has_competitors")),
         )
+        for key, value in doc.items():
+            read = _RECORD_FIELDS.get(key)
+            if read is not None:
+                setattr(job, key, read(value))
+        return job
 
     def exec_attributes(self) -> dict[str, Any] | None:
         """YTsaurus's ``exec_attributes`` of a job as far as pooltree knows them: the GPU devices it was given
@@ -464,6 +462,27 @@ class LiveJob:
                 {"device_number": index, "device_name": f"/dev/nvidia{index}"} for index in self.gpu_devices
             ]
         }
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+_RECORD_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "error": _as_is,
+    "exit_code": _as_is,
+    "abort_reason": _as_is,
+    "interruption_reason": _as_is,
+    "statistics": lambda value: dict(value or {}),
+    "stderr": lambda value: value or "",
+    "stderr_size": lambda value: int(value or 0),
+    "interruption_info": _as_is,
+    "gpu_devices": lambda value: tuple(value or ()),
+    "job_competition_id": _as_is,
+    "has_competitors": bool,
+}
+"""The optional fields of a job's record document (``LiveJob.record`` writes them when not their defaults) and how
+``LiveJob.from_record`` reads each; a null reads as the default."""
 
 
 @dataclass

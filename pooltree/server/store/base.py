@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Container, Iterable, Mapping, Sequence
@@ -139,7 +140,21 @@ def _flat(value: Any) -> bool:
     return True
 
 
+_LONG_NUMBER = re.compile(r"\d{19}")
+"""19 digits in a row: perhaps an integer past 64 bits, which orjson would read as a float."""
+
+
 def load_json(text: str) -> Any:
+    """A stored document, as ``json.loads`` reads it: by orjson (about 5x faster: a restarted scheduler reads
+    every job record) where it reads the same, else by ``json.loads``. orjson reads an integer past 64 bits as a
+    float (so a text with 19 digits in a row, anywhere, takes ``json.loads``) and refuses what only Python's
+    parser takes (``NaN``, ``Infinity``, a number past the double range, a lone surrogate): its refusal takes
+    ``json.loads`` too, which reads or refuses it as before (``tests/server/test_store_documents.py``)."""
+    if type(text) is str and _LONG_NUMBER.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
     return json.loads(text)
 
 
