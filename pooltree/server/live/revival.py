@@ -6,6 +6,9 @@ lock; running jobs wait for their nodes' first heartbeats (``jobs.py``).
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pooltree.config import OperationSpec
@@ -26,6 +29,29 @@ if TYPE_CHECKING:
     from pooltree.server.live.scheduler import LiveScheduler
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a revival reads the store, on again after (nothing changes when it
+    was off already).
+
+    A revival makes a million objects or more (a pending job per job index, a record and a job per job row) and
+    keeps nearly all of them: the collector's automatic collections walked them again and again (its young and
+    middle collections, and the full ones as the heap grew), about half of a revival's CPU at 200 operations and
+    60,000 job records (``bench/revive_cost.py``). Garbage freed by reference counting is freed as before; a
+    reference cycle made meanwhile waits for the next collection, which comes at once (the young generation's
+    count is far past its threshold) or, in the service, as the start-up's full collection (``GC.settle``).
+    Another thread that turns the collector off meanwhile finds it on again at the end (as with
+    ``pooltree.forecast.run``'s pause); a revival is made once, before the service listens."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class LiveRevival:
     """Revival of ``LiveScheduler``."""
 
@@ -36,7 +62,7 @@ class LiveRevival:
         """Re-register operations the store holds in non-final states; running jobs wait for their nodes."""
         scheduler = self.scheduler
         revived: list[str] = []
-        with scheduler.lock:
+        with scheduler.lock, collector_paused():
             scheduler.connect(now)
             records: list[OperationRecord] = []
             for state in ACTIVE_STATES:
