@@ -209,15 +209,28 @@ def test_a_store_revives_as_the_plain_path_revives_it(
 
 
 def test_a_revival_leaves_the_collector_as_it_found_it(tmp_path: Path) -> None:
+    """Paused while it revives and on again after, with one collection of the young and middle generations at
+    the end (what it made walked once); untouched when it was off already."""
     _build(tmp_path)
     enabled = gc.isenabled()
+    collections: list[int] = []
+
+    def seen(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(seen)
     try:
         for before in (True, False):
             (gc.enable if before else gc.disable)()
-            seen: list[bool] = []
+            during: list[bool] = []
+            collections.clear()
             with revival_module.collector_paused():
-                seen.append(gc.isenabled())
-            assert seen == [False] and gc.isenabled() == before
+                during.append(gc.isenabled())
+                made = [{"n": n} for n in range(3 * gc.get_threshold()[0])]  # past the young threshold
+                assert collections == []
+            assert during == [False] and gc.isenabled() == before and made
+            assert collections == ([1] if before else [])
         gc.enable()
         live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
         live.apply_pool_trees(parse_pool_trees(TREES), "default", 0.0)
@@ -226,4 +239,5 @@ def test_a_revival_leaves_the_collector_as_it_found_it(tmp_path: Path) -> None:
         live.commits.close()
         live.store.close()
     finally:
+        gc.callbacks.remove(seen)
         (gc.enable if enabled else gc.disable)()

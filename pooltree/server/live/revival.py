@@ -31,17 +31,20 @@ if TYPE_CHECKING:
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while a revival reads the store, on again after (nothing changes when it
-    was off already).
+    """The cyclic garbage collector off while a revival reads the store, on again after with one collection of
+    the young and middle generations (nothing changes when it was off already).
 
     A revival makes a million objects or more (a pending job per job index, a record and a job per job row) and
     keeps nearly all of them: the collector's automatic collections walked them again and again (its young and
     middle collections, and the full ones as the heap grew), about half of a revival's CPU at 200 operations and
     60,000 job records (``bench/revive_cost.py``). Garbage freed by reference counting is freed as before; a
-    reference cycle made meanwhile waits for the next collection, which comes at once (the young generation's
-    count is far past its threshold) or, in the service, as the start-up's full collection (``GC.settle``).
-    Another thread that turns the collector off meanwhile finds it on again at the end (as with
-    ``pooltree.forecast.run``'s pause); a revival is made once, before the service listens."""
+    reference cycle made meanwhile is found by the collection at the end. That collection walks what the revival
+    made once, into the old generation: left to the collector, a young collection came at the next allocation
+    (the young generation's count far past its threshold) and a middle one a few after, walking it twice (~0.1 s
+    more at that size, in the fair-share update after the revival). In the service the start-up's full
+    collection (``GC.settle``) then freezes it. Another thread that turns the collector off meanwhile finds it on
+    again at the end (as with ``pooltree.forecast.run``'s pause); a revival is made once, before the service
+    listens."""
     if not gc.isenabled():
         yield
         return
@@ -50,6 +53,7 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+        gc.collect(1)
 
 
 class LiveRevival:
