@@ -10,6 +10,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from job_record_reference import read_every_field
 
 from pooltree.server.live.model import LiveJob
 from pooltree.server.store import JobRecord, open_store
@@ -116,33 +117,6 @@ def test_a_record_with_every_field_written_reads_as_the_compact_one() -> None:
         assert _fields(LiveJob.from_record(old)) == _fields(LiveJob.from_record(compact)) == _fields(job)
 
 
-def _read_every_field(record: JobRecord) -> LiveJob:
-    """The reference: ``from_record`` as it was, each field read from the document by name."""
-    doc = record.document
-    return LiveJob(
-        id=record.id,
-        operation_id=record.operation_id,
-        task_name=doc.get("task_name", "main"),
-        job_index=int(doc.get("job_index", 0)),
-        address=record.address,
-        tree=doc.get("tree", ""),
-        start_time=record.start_time,
-        state=record.state,
-        finish_time=record.finish_time,
-        error=doc.get("error"),
-        exit_code=doc.get("exit_code"),
-        abort_reason=doc.get("abort_reason"),
-        interruption_reason=doc.get("interruption_reason"),
-        statistics=dict(doc.get("statistics") or {}),
-        stderr=doc.get("stderr") or "",
-        stderr_size=int(doc.get("stderr_size") or 0),
-        interruption_info=doc.get("interruption_info"),
-        gpu_devices=tuple(doc.get("gpu_devices") or ()),
-        job_competition_id=doc.get("job_competition_id"),
-        has_competitors=bool(doc.get("has_competitors")),
-    )
-
-
 _DOCUMENT_VALUES = st.one_of(
     st.none(),
     st.booleans(),
@@ -177,4 +151,4 @@ def test_a_record_reads_as_each_field_read_by_name(
     that a record never carries): ``from_record``, which reads only the keys the document has, gives the job (or
     the refusal) that reading every field by name gives."""
     record = JobRecord("op1", "j1", state, "n1:9012", 10.5, finish_time, None, document)
-    assert _outcome(LiveJob.from_record, record) == _outcome(_read_every_field, record)
+    assert _outcome(LiveJob.from_record, record) == _outcome(read_every_field, record)

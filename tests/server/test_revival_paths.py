@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from job_record_reference import read_every_field
 
 from pooltree.config import parse_pool_trees
 from pooltree.server.live import LiveScheduler
@@ -90,37 +91,11 @@ def _build(path: Path) -> None:
     live.store.close()
 
 
-def _read_every_field(record: JobRecord) -> LiveJob:
-    doc = record.document
-    return LiveJob(
-        id=record.id,
-        operation_id=record.operation_id,
-        task_name=doc.get("task_name", "main"),
-        job_index=int(doc.get("job_index", 0)),
-        address=record.address,
-        tree=doc.get("tree", ""),
-        start_time=record.start_time,
-        state=record.state,
-        finish_time=record.finish_time,
-        error=doc.get("error"),
-        exit_code=doc.get("exit_code"),
-        abort_reason=doc.get("abort_reason"),
-        interruption_reason=doc.get("interruption_reason"),
-        statistics=dict(doc.get("statistics") or {}),
-        stderr=doc.get("stderr") or "",
-        stderr_size=int(doc.get("stderr_size") or 0),
-        interruption_info=doc.get("interruption_info"),
-        gpu_devices=tuple(doc.get("gpu_devices") or ()),
-        job_competition_id=doc.get("job_competition_id"),
-        has_competitors=bool(doc.get("has_competitors")),
-    )
-
-
 def _plain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(LiveVanillaController, "reviving", lambda self: contextlib.nullcontext())
     monkeypatch.setattr(store_base, "load_json", json.loads)
     monkeypatch.setattr(store_sql, "load_json", json.loads)
-    monkeypatch.setattr(LiveJob, "from_record", staticmethod(_read_every_field))
+    monkeypatch.setattr(LiveJob, "from_record", staticmethod(read_every_field))
     monkeypatch.setattr(revival_module, "collector_paused", contextlib.nullcontext)
 
 
