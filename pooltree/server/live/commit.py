@@ -212,9 +212,8 @@ class GroupCommit:
                     self._gathering_until = until
                     loop.call_later(until - now, self._gathered, until)
                     return ended
-            elif (
-                until > now
-            ):  # another waiter gathers; a timer on this loop too, in case that one's loop stops
+            elif until > now:
+                # another waiter gathers: a timer on this loop too, in case that one's loop stops first
                 if self._async_waiters[0][0] is not loop:
                     loop.call_later(until - now, self._gathered, until)
                 return ended
@@ -245,11 +244,10 @@ class GroupCommit:
         batch = _Batch(list(self._queue.values()), self._operations)
         self._queue, self._operations = {}, []
         self._committing = True
-        now = time.monotonic()
         if self._gathering_until is not None:
             self._gathering_until = None
             self.gathered += 1
-        self._taken_at = now
+        self._taken_at = time.monotonic()
         return batch, self._submitted, self._durable + 1
 
     def _start_writer(self) -> _Writer | None:
