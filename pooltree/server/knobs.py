@@ -24,3 +24,18 @@ def seconds_override(name: str, default: float, valid: Callable[[float], bool], 
         log.warning("%s=%r is not seconds in %s; using %s", name, raw, valid_text, default)
         return default
     return value
+
+
+def count_override(name: str, default: int, lowest: int, highest: int) -> int:
+    """The environment variable ``name`` as a whole number in [``lowest``, ``highest``], else ``default``."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = lowest - 1
+    if not lowest <= value <= highest:
+        log.warning("%s=%r is not a whole number in [%d, %d]; using %d", name, raw, lowest, highest, default)
+        return default
+    return value

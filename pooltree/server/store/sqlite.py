@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from pooltree.security.sealing import Sealer
+from pooltree.server.knobs import count_override
 from pooltree.server.stalls import StallRing
 from pooltree.server.store.base import (
     JOURNAL_BOUND,
@@ -62,11 +63,23 @@ every other read meanwhile: another listing, a start's mutation-id check (sessio
 CHECKPOINT_FRAMES = 256
 """Frames of the log not yet copied into the database file past which ``checkpoint_journal`` copies them: ~1 MiB,
 a few milliseconds of copy (~3 ms for 300 frames here, ~7 ms for 1,000), about 15 a second at 1,000 loaded
-heartbeats a second."""
+heartbeats a second. ``POOLTREE_CHECKPOINT_FRAMES`` (a whole number in [16, 16384]) overrides it, for comparisons
+(``checkpoint_frames``)."""
 AUTOCHECKPOINT_FRAMES = 1000
-"""SQLite's own checkpoint inside the commit that brings the log to this many frames (its default, set explicitly):
-the log's bound when ``checkpoint_journal`` is not called (writes outside the group commit's thread) or fell
-behind; ``JOURNAL_BOUND`` is its size."""
+"""SQLite's own checkpoint inside the commit that brings the log to this many frames (its default, set explicitly;
+four times the store's checkpoint frames when that is more, so that SQLite's never comes first): the log's bound
+when ``checkpoint_journal`` is not called (writes outside the group commit's thread) or fell behind;
+``JOURNAL_BOUND`` is its size at the default."""
+PAGE_SIZE = 4096
+"""SQLite's default page size, which the store keeps (other sizes cost more a job row: ``bench/RESULTS.md``,
+session 39): the log's size per frame, near enough, for ``journal_size_limit``."""
+
+
+def checkpoint_frames() -> int:
+    """``POOLTREE_CHECKPOINT_FRAMES`` when it is a whole number in [16, 16384], else ``CHECKPOINT_FRAMES``."""
+    return count_override("POOLTREE_CHECKPOINT_FRAMES", CHECKPOINT_FRAMES, 16, 16384)
+
+
 WAL_INDEX_HEADER = 48
 """Bytes of one copy of the log's index header at the start of ``<file>-shm`` (SQLite keeps two, the second right
 after the first); ``mxFrame`` (the log's last valid frame) is at offset 16, both in the host's byte order, and the
@@ -101,6 +114,11 @@ class SqliteStore(SqlStore):
         """``COMMIT`` statements of at least ``STALL_SECONDS`` (a checkpoint of the WAL into the database file runs
         inside the commit that crosses ``wal_autocheckpoint``) and ``checkpoint_journal``'s checkpoints as long
         (``live/tail.py``)."""
+        self.checkpoint_frames = checkpoint_frames()
+        """Frames not yet copied past which ``checkpoint_journal`` copies the log (``CHECKPOINT_FRAMES``)."""
+        self.autocheckpoint_frames = max(AUTOCHECKPOINT_FRAMES, 4 * self.checkpoint_frames)
+        """SQLite's own checkpoint's bound (``wal_autocheckpoint``): ``AUTOCHECKPOINT_FRAMES``, or four times
+        ``checkpoint_frames`` when that is more, so that SQLite's never comes before the store's."""
         self.checkpoints = 0
         """Checkpoints ``checkpoint_journal`` ran (each a ``PASSIVE`` one)."""
         self.checkpoint_failures = 0
@@ -128,9 +146,11 @@ class SqliteStore(SqlStore):
             )
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(f"PRAGMA journal_size_limit={JOURNAL_BOUND}")  # shrink back after a big commit
+            # shrink back after a big commit (a log its checkpoints keep bigger is not cut back after each one)
+            limit = max(JOURNAL_BOUND, self.autocheckpoint_frames * PAGE_SIZE)
+            self._conn.execute(f"PRAGMA journal_size_limit={limit}")
             self._conn.execute("PRAGMA busy_timeout=10000")
-            self._conn.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_FRAMES}")
+            self._conn.execute(f"PRAGMA wal_autocheckpoint={self.autocheckpoint_frames}")
             # a statement of many job rows inside a transaction keeps the pages it changes in a statement journal
             # (to undo the statement alone); SQLite spilled it past 64 KiB to a temporary file, opened, written a
             # page and a header at a time, unlinked and closed for each: in memory instead (the writer's temporary
@@ -294,7 +314,7 @@ class SqliteStore(SqlStore):
             if self._trouble is not None or self._fd is None:
                 return None
             frames = self._journal_frames()
-            if frames is None or frames[0] - frames[1] < CHECKPOINT_FRAMES:
+            if frames is None or frames[0] - frames[1] < self.checkpoint_frames:
                 return None
             problem = self._verify()
             if problem is not None:
