@@ -5,6 +5,8 @@ way. CPython's full (generation 2) collection walks every tracked object: with 1
 ~670k objects and ~1 s, during which no request is answered. The freezing policy is the process's, shared with the
 simulator and ``pooltree fair-share`` (``pooltree.gc_policy``); the service applies it thus:
 
+* during revival the collector is off (``live/revival.collector_paused``: the revival's objects are made and kept,
+  and its automatic collections walked them again and again), with one young-and-middle collection after it;
 * after revival and start-up (``settle``): one full collection at a time nobody waits for, then ``gc.freeze()``
   (everything alive then moves to the permanent generation, which no collection walks) and short-walk thresholds
   (``THRESHOLDS``): a middle-generation collection walks at most ~1000 x (5 + 1) objects and, with the survivors
