@@ -16,7 +16,7 @@ import pytest
 
 from pooltree.server.live import LiveScheduler
 from pooltree.server.store import JobRecord, open_store
-from pooltree.server.store.sqlite import AUTOCHECKPOINT_FRAMES, CHECKPOINT_FRAMES, SQLITE_HEADER, SqliteStore
+from pooltree.server.store.sqlite import SQLITE_HEADER, SqliteStore
 
 WAIT = 20.0
 BODY = {"pad": "x" * 300}
@@ -87,8 +87,12 @@ def test_no_checkpoint_runs_inside_a_group_commit_write(tmp_path: Path) -> None:
     live = LiveScheduler(store)
 
     async def heartbeats() -> None:
-        for index in range(400):
+        # twice SQLite's own bound (about 400 batches at its default), at most 20,000 batches
+        for index in range(20_000):
             await live.commits.wait_async(live.commits.submit(_rows(100 * index, 20)))
+            grown = (_grown(b, a) for b, a in zip(observed.before, observed.after, strict=True))
+            if index % 50 == 49 and sum(grown) > 2 * store.autocheckpoint_frames + 100:
+                return
 
     try:
         asyncio.run(heartbeats())
@@ -96,9 +100,9 @@ def test_no_checkpoint_runs_inside_a_group_commit_write(tmp_path: Path) -> None:
             assert after[1] < after[0], "a checkpoint ran inside a write a waiter waited for"
         grown = [_grown(before, after) for before, after in zip(observed.before, observed.after, strict=True)]
         written, largest = sum(grown), max(grown)
-        assert written > 2 * AUTOCHECKPOINT_FRAMES
-        assert max(frames for frames, _ in observed.after) <= CHECKPOINT_FRAMES + largest
-        assert store.checkpoints >= written // (CHECKPOINT_FRAMES + largest)
+        assert written > 2 * store.autocheckpoint_frames
+        assert max(frames for frames, _ in observed.after) <= store.checkpoint_frames + largest
+        assert store.checkpoints >= written // (store.checkpoint_frames + largest)
         assert store.checkpoint_failures == 0
     finally:
         live.commits.close()
@@ -125,7 +129,7 @@ def test_a_waiter_is_released_before_the_checkpoint_runs(tmp_path: Path) -> None
     store.checkpoint_journal = gated  # type: ignore[method-assign]
     live = LiveScheduler(store)
     try:
-        first = _fill(store, CHECKPOINT_FRAMES)
+        first = _fill(store, store.checkpoint_frames)
         before = _frames(store)
 
         async def heartbeat() -> None:
@@ -138,7 +142,7 @@ def test_a_waiter_is_released_before_the_checkpoint_runs(tmp_path: Path) -> None
         release.set()
         assert done.wait(WAIT)
         frames, done_frames = _frames(store)
-        assert copied[0] is not None and copied[0] >= CHECKPOINT_FRAMES
+        assert copied[0] is not None and copied[0] >= store.checkpoint_frames
         assert done_frames == frames  # the whole log is in the database file
         assert store.checkpoints == 1
     finally:
@@ -176,10 +180,10 @@ def test_the_log_stays_bounded_under_a_burst(tmp_path: Path) -> None:
             _grown(before, after) for before, after in zip(observed.before, observed.after, strict=True)
         )
         most = max(frames for frames, _ in observed.after)
-        assert most <= CHECKPOINT_FRAMES + largest
+        assert most <= store.checkpoint_frames + largest
         page = 4096 + 24  # a frame: its header and the page
         assert database.with_name(database.name + "-wal").stat().st_size <= 32 + page * (
-            CHECKPOINT_FRAMES + largest
+            store.checkpoint_frames + largest
         )
     finally:
         live.commits.close()
@@ -192,14 +196,16 @@ def test_writes_outside_the_group_commit_keep_sqlites_bound(tmp_path: Path) -> N
     store = _open(tmp_path / "scheduler.db")
     try:
         most, written = 0, 0
-        for index in range(300):
+        for index in range(20_000):  # twice SQLite's own bound (about 300 writes at its default)
+            if written > 2 * store.autocheckpoint_frames + 100:
+                break
             before = _frames(store)
             store.put_jobs(_rows(20 * index, 20))
             after = _frames(store)
             written += _grown(before, after)
             most = max(most, after[0] - after[1])
-        assert written > 2 * AUTOCHECKPOINT_FRAMES
-        assert most < AUTOCHECKPOINT_FRAMES + 50
+        assert written > 2 * store.autocheckpoint_frames
+        assert most < store.autocheckpoint_frames + 50
         assert store.checkpoints == 0
     finally:
         store.close()
@@ -217,7 +223,7 @@ def test_a_checkpoint_never_puts_back_an_overwritten_header(tmp_path: Path) -> N
     database = tmp_path / "scheduler.db"
     store = _open(database)
     try:
-        first = _fill(store, CHECKPOINT_FRAMES)
+        first = _fill(store, store.checkpoint_frames)
         _overwrite_header(database)
         assert store.checkpoint_journal() is None
         assert store.checkpoints == 0
@@ -236,7 +242,7 @@ def test_a_deleted_journal_is_rescued_not_checkpointed_over(tmp_path: Path) -> N
     database = tmp_path / "scheduler.db"
     store = _open(database)
     try:
-        first = _fill(store, CHECKPOINT_FRAMES)
+        first = _fill(store, store.checkpoint_frames)
         database.with_name(database.name + "-wal").unlink()
         assert store.checkpoint_journal() is None
         assert not store.health().ok and "deleted" in str(store.health().error)
@@ -255,7 +261,7 @@ def test_no_checkpoint_below_the_threshold_or_after_close(tmp_path: Path) -> Non
     store = _open(tmp_path / "scheduler.db")
     store.put_jobs(_rows(0, 5))
     assert store.checkpoint_journal() is None
-    _fill(store, CHECKPOINT_FRAMES, 5)
+    _fill(store, store.checkpoint_frames, 5)
     store.close()
     assert store.checkpoint_journal() is None
     assert store.checkpoints == 0
