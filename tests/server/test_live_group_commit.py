@@ -107,9 +107,9 @@ def test_a_failed_batch_fails_every_waiter_in_it_and_the_next_batch_proceeds() -
     assert calls == [2, 1]
 
 
-def test_after_batch_runs_on_the_commit_thread_after_the_waiters_only_after_a_stored_batch() -> None:
-    """``after_batch`` (the store's checkpoint) runs on the group commit's thread once a batch written there has
-    woken its waiters: the waiter returns while it is held; never after a failed batch, never on a committer's own
+def test_after_batch_runs_on_its_thread_after_the_waiters_only_after_a_stored_batch() -> None:
+    """``after_batch`` (the store's checkpoint) runs on a thread of its own (``group-commit-after``) once a batch
+    written on the group commit's thread has woken its waiters: the waiter returns while it is held; never after a failed batch, never on a committer's own
     thread (``wait``, ``flush``: under the scheduling lock); one that raises leaves the thread writing."""
     calls: list[str] = []
     ran, release = threading.Event(), threading.Event()
@@ -142,7 +142,53 @@ def test_after_batch_runs_on_the_commit_thread_after_the_waiters_only_after_a_st
         ran.clear()
         asyncio.run(heartbeat("c"))  # the thread goes on after the one that raised
         assert ran.wait(WAIT)
-        assert len(calls) == 2 and all(name.startswith("group-commit") for name in calls)
+        assert len(calls) == 2 and all(name == "group-commit-after" for name in calls)
+    finally:
+        release.set()
+        commits.close()
+
+
+def test_after_batch_runs_beside_the_next_batches_and_only_when_due() -> None:
+    """While ``after_batch`` runs (held here), the next heartbeats' batches are written and their waiters woken
+    (before, it ran on the writer's thread and they waited behind it); the requests made meanwhile come to one run
+    after it; ``after_due`` saying no wakes nothing."""
+    written: list[str] = []
+    calls: list[int] = []
+    ran, release, finished = threading.Event(), threading.Event(), threading.Event()
+    due = [True]
+
+    def after_batch() -> None:
+        calls.append(len(written))
+        ran.set()
+        assert release.wait(WAIT)
+        finished.set()
+
+    commits = GroupCommit(
+        lambda records: written.extend(r.id for r in records),
+        after_batch=after_batch,
+        after_due=lambda: due[0],
+    )
+
+    async def heartbeat(job_id: str) -> None:
+        await asyncio.wait_for(commits.wait_async(commits.submit([_record(job_id)])), WAIT)
+
+    try:
+        asyncio.run(heartbeat("a"))
+        assert ran.wait(WAIT)  # held from here
+        for job_id in ("b", "c", "d"):
+            asyncio.run(heartbeat(job_id))  # written while after_batch is held
+        assert written == ["a", "b", "c", "d"] and calls == [1]
+        ran.clear()
+        finished.clear()
+        release.set()
+        assert ran.wait(WAIT)  # the three requests made meanwhile: one run
+        assert finished.wait(WAIT)
+        writer = commits._writer
+        assert writer is not None and writer.after is not None
+        assert calls == [1, 4] and not writer.after.due.is_set()  # none asked since: no third run
+        due[0] = False
+        asyncio.run(heartbeat("e"))
+        assert written[-1] == "e" and not writer.after.due.is_set() and calls == [1, 4]
     finally:
         release.set()
         commits.close()

@@ -25,10 +25,12 @@ queue behind threads that wait for the scheduling lock, whose holder may be wait
 A batch reaches it through a ``queue.SimpleQueue`` (one C call), not an executor: ``ThreadPoolExecutor.submit``
 made a ``concurrent.futures.Future`` (with its ``Condition``), a work item and a semaphore round per batch that
 nobody waited on, on the heartbeat loop's thread (``bench/RESULTS.md``, session 37).
-After a batch written there has woken its waiters, that thread runs ``after_batch`` (the store's checkpoint of its
-journal, ``Store.checkpoint_journal``): no waiter of the batch waits for it, and the next batch, queued meanwhile,
-is written after it on the same thread (in order with it). A committer on a waiter's own thread (``wait``,
-``flush``: under the scheduling lock) never runs it.
+After a batch written there has woken its waiters, that thread has ``after_batch`` run (the store's checkpoint of
+its journal, ``Store.checkpoint_journal``) on a thread of its own, ``group-commit-after`` (made with the writer's
+thread, ended with it): no waiter waits for it, and the next batch is written meanwhile (a checkpoint copies what
+was committed when it began; the SQLite store's runs beside its writes). Requests made while it runs come to one
+run after it. A committer on a waiter's own thread (``wait``, ``flush``: under the scheduling lock) never asks for
+it.
 
 The commit interval (``interval``; the service's ``COMMIT_INTERVAL``, ``POOLTREE_COMMIT_INTERVAL``): an event-loop
 committer takes its batch at least ``interval`` seconds after the previous batch was taken, so a busy scheduler
@@ -86,6 +88,7 @@ class GroupCommit:
         write_operations: Callable[[Sequence[OperationWrite], Sequence[JobRecord]], None] | None = None,
         after_batch: Callable[[], object] | None = None,
         interval: float = 0.0,
+        after_due: Callable[[], bool] | None = None,
     ) -> None:
         if not 0 <= interval < float("inf"):
             raise ValueError(f"the group commit's interval must be non-negative seconds, not {interval!r}")
@@ -93,7 +96,11 @@ class GroupCommit:
         self._write_operations = write_operations
         """Writes a batch holding operation records (theirs and the job records in one transaction)."""
         self._after_batch = after_batch
-        """Run on the group commit's thread after a batch written there woke its waiters (see the module)."""
+        """Run on ``group-commit-after`` after a batch written on the group commit's thread woke its waiters (see
+        the module)."""
+        self._after_due = after_due
+        """Asked on the group commit's thread after each batch: whether ``after_batch`` has work (its thread is
+        woken only then; None: always)."""
         self._mutex = threading.RLock()
         """Guards the queue and the counters; taken directly (its C context manager) where nothing waits."""
         self._condition = threading.Condition(self._mutex)
@@ -254,9 +261,9 @@ class GroupCommit:
         """The commit thread (started now if there is none); None when no thread can start."""
         with self._mutex:
             if self._writer is None:
-                writer = _Writer(self._commit_on_thread)
+                writer = _Writer(self._commit, self._after_batch, self._after_due)
                 try:
-                    writer.thread.start()
+                    writer.start()
                 except RuntimeError:
                     return None
                 self._writer = writer
@@ -321,15 +328,6 @@ class GroupCommit:
                 continue
         return error
 
-    def _commit_on_thread(self, batch: _Batch, first: int, last: int) -> None:
-        """``_commit`` on the group commit's thread, then (the batch stored, its waiters woken) ``after_batch``."""
-        if self._commit(batch, first, last) is not None or self._after_batch is None:
-            return
-        try:
-            self._after_batch()
-        except Exception:  # the thread goes on writing batches
-            log.exception("the group commit's work after a batch failed")
-
     def _raise_if_failed(self, ticket: int) -> None:
         for first, last, error in self._failures:
             if first <= ticket <= last:
@@ -337,24 +335,76 @@ class GroupCommit:
 
 
 class _Writer:
-    """The group commit's thread: writes the batches put in its queue, in order, until it takes None."""
+    """The group commit's thread: writes the batches put in its queue, in order, until it takes None; after each
+    batch stored, asks ``after_batch`` of its own thread (``_After``), which it ends when it ends."""
 
-    __slots__ = ("commit", "put", "queue", "thread")
+    __slots__ = ("after", "after_due", "commit", "put", "queue", "thread")
 
-    def __init__(self, commit: Callable[[_Batch, int, int], BaseException | None]) -> None:
+    def __init__(
+        self,
+        commit: Callable[[_Batch, int, int], BaseException | None],
+        after_batch: Callable[[], object] | None,
+        after_due: Callable[[], bool] | None = None,
+    ) -> None:
         self.commit = commit
+        self.after_due = after_due
         self.queue: queue.SimpleQueue[tuple[_Batch, int, int] | None] = queue.SimpleQueue()
         self.put = self.queue.put
         """Hand a batch (``(batch, first ticket, last ticket)``) to the thread, or None to end it."""
         self.thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+        self.after = _After(after_batch) if after_batch is not None else None
+
+    def start(self) -> None:
+        if self.after is not None:
+            self.after.thread.start()
+        try:
+            self.thread.start()
+        except RuntimeError:
+            if self.after is not None:
+                self.after.end()
+            raise
 
     def _run(self) -> None:
-        take, commit = self.queue.get, self.commit
+        take, commit, after, has_work = self.queue.get, self.commit, self.after, self.after_due
+        due = after.due.set if after is not None else None
         while (item := take()) is not None:
             try:
-                commit(*item)  # the write's error is the batch's waiters' (``_commit`` keeps it for them)
+                # the write's error is the batch's waiters' (``_commit`` keeps it for them)
+                if commit(*item) is None and due is not None and (has_work is None or has_work()):
+                    due()
             except Exception:  # anything else: logged, and the thread goes on with the next batch
                 log.exception("the group commit's thread failed to settle a batch")
+        if after is not None:
+            after.end()
+
+
+class _After:
+    """The thread ``after_batch`` runs on: woken by ``due`` (requests made while it runs come to one run after),
+    ended by ``end`` (a run under way finishes; one asked before is dropped)."""
+
+    __slots__ = ("due", "ending", "run", "thread")
+
+    def __init__(self, run: Callable[[], object]) -> None:
+        self.run = run
+        self.due = threading.Event()
+        self.ending = False
+        self.thread = threading.Thread(target=self._loop, name="group-commit-after", daemon=True)
+
+    def end(self) -> None:
+        self.ending = True
+        self.due.set()
+
+    def _loop(self) -> None:
+        wait, clear, run = self.due.wait, self.due.clear, self.run
+        while True:
+            wait()
+            clear()
+            if self.ending:
+                return
+            try:
+                run()
+            except Exception:  # the thread goes on with the next request
+                log.exception("the group commit's work after a batch failed")
 
 
 class _Batch:

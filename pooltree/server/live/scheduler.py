@@ -97,7 +97,11 @@ class LiveScheduler:
         self.heartbeat_throttle = HeartbeatThrottle(throttle_settings)
         """Heartbeats in flight; throttles them past YTsaurus's concurrent heartbeat limits (``throttle.py``)."""
         self.commits = GroupCommit(
-            store.put_jobs, store.put_operations, store.checkpoint_journal, interval=commit_interval()
+            store.put_jobs,
+            store.put_operations,
+            store.checkpoint_journal,
+            interval=commit_interval(),
+            after_due=store.checkpoint_due,
         )
         """Job records of heartbeats and starts' operation records, stored in batches outside the lock, the
         store's journal checkpointed after a batch's waiters were woken (``commit.py``)."""

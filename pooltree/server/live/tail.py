@@ -10,7 +10,8 @@ Each heartbeat answered on an event loop (``heartbeat_flight.HeartbeatFlight``) 
 * ``processing``: its work under the lock (a heartbeat that first publishes a stale tree: that publish and its
   hop to a heartbeat thread too);
 * ``commit``: waiting for its job records' batch to be stored (the group commit's transaction, and what ran on
-  the group commit's thread before it: the batch before, the SQLite store's checkpoint after that batch);
+  the group commit's thread before it: the batch before; the SQLite store's checkpoints run beside them, on a
+  thread of their own, and hold the writes only for a short second pass now and then);
 * ``wake``: from that batch's end to the heartbeat's loop running it again;
 * ``answer``: encoding the answer.
 

@@ -320,9 +320,15 @@ class Store(ABC):
 
     def checkpoint_journal(self) -> int | None:
         """Copy the store's write-ahead log into its database when enough is pending (SQLite:
-        ``SqliteStore.checkpoint_journal``), called by the group commit after a batch's waiters were woken; the
-        frames copied, or None when nothing was done (a database server checkpoints by itself)."""
+        ``SqliteStore.checkpoint_journal``), called by the group commit after a batch's waiters were woken (on a
+        thread of its own, beside the writes); the frames copied, or None when nothing was done (a database server
+        checkpoints by itself)."""
         return None
+
+    def checkpoint_due(self) -> bool:
+        """Whether ``checkpoint_journal`` would copy something now (a cheap look: the group commit asks it after
+        each batch, and wakes the checkpoint's thread only when it says so)."""
+        return False
 
     # Cypress nodes: canonical path -> record (type, id, attributes, value, times).
     @abstractmethod

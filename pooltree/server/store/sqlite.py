@@ -11,10 +11,11 @@ first checkpoints what SQLite still holds open into the database file (nothing a
 
 Checkpoints: SQLite copies the log into the database file inside the commit that brings it to
 ``wal_autocheckpoint`` pages, so that commit (and whoever waits for it) waits for the copy. The group commit calls
-``checkpoint_journal`` on its own thread after a batch's waiters were woken (``live/commit.py``), which copies the log
-once it holds ``CHECKPOINT_FRAMES`` frames not yet copied; SQLite's own checkpoint, at ``AUTOCHECKPOINT_FRAMES``,
-stays as the bound for writes that come another way. A checkpoint runs under the store's lock, after the same file
-check a commit makes, in order with the commits.
+``checkpoint_journal`` on a thread of its own after a batch's waiters were woken (``live/commit.py``), which copies
+the log once it holds ``CHECKPOINT_FRAMES`` frames not yet copied, on a connection of its own beside the writes (no
+commit waits for the copy and its syncs; a second pass with the writes held, once the log holds twice that, lets
+SQLite start the log again); SQLite's own checkpoint, at ``AUTOCHECKPOINT_FRAMES``, stays as the bound for writes
+that come another way. A checkpoint runs after the same file check a commit makes.
 
 The writer keeps its temporary files in memory (``temp_store=MEMORY``): a multi-row statement's statement journal
 (the pages it changes, kept to undo the statement alone inside its transaction) no longer spills to a temporary file
@@ -123,6 +124,10 @@ class SqliteStore(SqlStore):
         """Checkpoints ``checkpoint_journal`` ran (each a ``PASSIVE`` one)."""
         self.checkpoint_failures = 0
         """Those that raised (logged; nothing is lost: the log holds what they did not copy)."""
+        self.checkpoints_holding_writes = 0
+        """Of the checkpoints, those that ran a second pass with the writes held, to let the log start again."""
+        self._checkpoint_lock = threading.Lock()
+        """Taken by ``checkpoint_journal`` (one at a time) and by ``close`` before the store's lock."""
         self._shm_fd: int | None = None
         """The log's index (``<file>-shm``), read for the count of frames not yet copied; None if it could not be
         opened (then only SQLite's own checkpoints run)."""
@@ -180,12 +185,17 @@ class SqliteStore(SqlStore):
         self._readers: list[sqlite3.Connection] = []
         """Every reader connection, opened here with its first read (one opened, or reading first, later, on a deleted
         path would create a new file)."""
+        self._checkpointer: sqlite3.Connection | None = None
+        """The connection ``checkpoint_journal`` copies the log on, beside the writer's (see its doc)."""
         try:
-            for _ in range(READERS):
+            for _ in range(READERS + 1):
                 reader = sqlite3.connect(
                     str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0
                 )
-                self._readers.append(reader)
+                if len(self._readers) < READERS:
+                    self._readers.append(reader)
+                else:
+                    self._checkpointer = reader
                 reader.execute("PRAGMA busy_timeout=10000")
                 # a read now opens the journal (SQLite opens it at a connection's first read): a first read after
                 # the journal was deleted would make a new empty one under its path and lose the commits it held
@@ -193,6 +203,8 @@ class SqliteStore(SqlStore):
         except sqlite3.Error as error:
             for reader in self._readers:
                 reader.close()
+            if self._checkpointer is not None:
+                self._checkpointer.close()
             self._conn.close()
             os.close(self._fd)
             raise StoreError(
@@ -300,42 +312,64 @@ class SqliteStore(SqlStore):
             self._rescue_journal()
 
     def checkpoint_journal(self) -> int | None:
-        """Copy the log into the database file when it holds ``CHECKPOINT_FRAMES`` frames not yet copied (a
-        ``PASSIVE`` checkpoint, on the writer's connection under the store's lock, so in order with the commits):
-        the log's frames now in the database file, or None when none was due (or the store is in trouble, closed,
-        or the check failed).
+        """Copy the log into the database file when it holds ``checkpoint_frames`` frames not yet copied: the log's
+        frames now in the database file, or None when none was due (or the store is in trouble, closed, or the
+        check failed). Safe to call from any thread, beside the writes.
 
-        The group commit calls it after a batch's waiters were woken, so none of them waits for the copy, and the
-        commit that would have crossed ``AUTOCHECKPOINT_FRAMES`` never comes. The file is checked first as a commit
-        checks it: a checkpoint writes the file's first page, which would put back a header overwritten under the
-        store; a problem found here puts the store in trouble as the next commit's check would. A checkpoint that
-        fails is logged and counted: what it did not copy stays in the log, and SQLite's own bound still holds."""
-        with self._lock:
-            if self._trouble is not None or self._fd is None:
+        The copy is a ``PASSIVE`` checkpoint on a connection of its own, without the store's lock: commits go on
+        meanwhile (SQLite lets one checkpoint run beside the writer: it copies what was committed when it began),
+        so no commit waits for the copy and its syncs (the group commit runs it on a thread of its own after a
+        batch, ``live/commit.py``), and the commit that would have crossed ``autocheckpoint_frames`` never comes.
+        SQLite starts the log again from its beginning only at a write that begins when everything in it was
+        copied, which a copy made beside the writes seldom leaves: once the log holds twice ``checkpoint_frames``,
+        a second pass copies what came meanwhile with the writes held (the store's lock: a few frames, the long
+        copy done), so the next write starts the log again and it stays bounded. The file is checked first as a
+        commit checks it: a checkpoint writes the file's first page, which would put back a header overwritten
+        under the store; a problem found here puts the store in trouble as the next commit's check would. A
+        checkpoint that fails is logged and counted: what it did not copy stays in the log, and SQLite's own bound
+        still holds."""
+        with self._checkpoint_lock:
+            checkpointer = self._checkpointer
+            if self._trouble is not None or self._fd is None or checkpointer is None:
                 return None
             frames = self._journal_frames()
             if frames is None or frames[0] - frames[1] < self.checkpoint_frames:
                 return None
             problem = self._verify()
             if problem is not None:
-                self._notice(problem)
+                with self._lock:
+                    if self._trouble is None:
+                        self._notice(problem)
                 return None
             began = time.perf_counter()
             try:
-                row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                row = checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                self.long_commits.note(time.perf_counter() - began, f"checkpoint of {_copied(row)} frames")
+                if row is not None and int(row[1]) >= 2 * self.checkpoint_frames:
+                    held = time.perf_counter()
+                    with self._lock:  # the writes held: the rest copied, the next write starts the log again
+                        if self._trouble is not None or self._fd is None:
+                            return _copied(row)
+                        row = checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    self.checkpoints_holding_writes += 1
+                    self.long_commits.note(
+                        time.perf_counter() - held, f"checkpoint of {_copied(row)} frames, writes held"
+                    )
             except sqlite3.Error as error:
                 self.checkpoint_failures += 1
                 log.warning("checkpoint of the journal of %s failed: %s", self.path, _reason(error))
                 return None
             self.checkpoints += 1
-            copied = int(row[2]) if row is not None else 0
-            self.long_commits.note(time.perf_counter() - began, f"checkpoint of {copied} frames")
-            return copied
+            return _copied(row)
+
+    def checkpoint_due(self) -> bool:
+        """Whether the log holds ``checkpoint_frames`` frames not yet copied (its index's header read, no lock)."""
+        frames = self._journal_frames()
+        return frames is not None and frames[0] - frames[1] >= self.checkpoint_frames
 
     def _journal_frames(self) -> tuple[int, int] | None:
-        """(the log's frames, those already copied into the database file) from its index's header, read as
-        SQLite's writer left it (the store's lock held: no commit of ours runs); None when it cannot be read or
-        its two copies differ."""
+        """(the log's frames, those already copied into the database file) from its index's header; None when it
+        cannot be read or its two copies differ (a commit beside this read was writing it: the next look sees)."""
         if self._shm_fd is None:
             return None
         try:
@@ -457,11 +491,14 @@ class SqliteStore(SqlStore):
             self._rescue_journal()
 
     def close(self) -> None:
-        with self._lock, self._idle_changed:
+        with self._checkpoint_lock, self._lock, self._idle_changed:  # a checkpoint under way ends first
             while len(self._idle) < len(self._readers):  # the reads in flight end first
                 self._idle_changed.wait()
             for reader in self._readers:
                 reader.close()
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
             self._conn.close()
             if self._fd is not None:
                 os.close(self._fd)
@@ -511,6 +548,11 @@ class _FileProblem(StoreUnavailable):
         super().__init__(
             f"Scheduler store is unavailable, nothing is acknowledged: {problem}", attributes={"store": url}
         )
+
+
+def _copied(row: Any) -> int:
+    """The frames a ``wal_checkpoint`` row says are in the database file (its third column; 0 without a row)."""
+    return int(row[2]) if row is not None else 0
 
 
 def _identity_of(path: Path) -> tuple[int, int] | None:
