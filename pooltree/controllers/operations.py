@@ -151,6 +151,8 @@ class OperationControllerBase:
     """Shared bookkeeping: pending jobs per task, allocation ids, counters by outcome."""
 
     kind = "base"
+    takes_float_lists = True
+    """``schedule_allocation`` reads ``available_resources`` as floats, from a list as from an array."""
 
     def __init__(
         self, operation_id: str, tasks: Sequence[TaskSpec], *, interruption_signal: str | None = None
@@ -317,12 +319,14 @@ class OperationControllerBase:
     def schedule_allocation(
         self, node: ExecNode, available_resources: Vector, now: float
     ) -> Allocation | None:
-        """Take the first pending job (tasks in declaration order) whose allocation fits ``available_resources``."""
-        available = (
-            available_resources.tolist()
-            if isinstance(available_resources, np.ndarray)
-            else [float(x) for x in available_resources]
-        )
+        """Take the first pending job (tasks in declaration order) whose allocation fits ``available_resources``
+        (a vector, or a list of floats: `takes_float_lists`; only read)."""
+        if type(available_resources) is list:
+            available = available_resources
+        elif isinstance(available_resources, np.ndarray):
+            available = available_resources.tolist()
+        else:
+            available = [float(x) for x in available_resources]
         speculation = self.speculation
         for state in self._tasks.values():
             copy = False

@@ -88,6 +88,12 @@ class OperationController(Protocol):
     """One job's allocation as the operation started (discretized fair share's per-job vector); ``None``: the
     operation keeps its continuous fair-share function."""
 
+    takes_float_lists: bool
+    """Whether ``schedule_allocation`` takes ``available_resources`` as a list of Python floats too: the regular
+    stage then hands it the list it checked (`stages.RegularStage.try_schedule`) instead of making an array of it
+    per attempt (`pooltree.controllers.operations.OperationControllerBase`); ``ControllerDefaults``: ``False``
+    (an array, as always)."""
+
     is_gang: bool
     """Whether the controller runs its jobs as a gang (a vanilla task's ``gang_options``: incarnations and ranks,
     which the live service puts into the jobs' environment); ``ControllerDefaults``: ``False``."""
@@ -147,11 +153,12 @@ class OperationController(Protocol):
 
 
 class ControllerDefaults:
-    """The defaults of the `OperationController` methods, properties and ``is_gang`` a controller has nothing to
-    say on (a controller that lacks the behaviour subclasses it and sets the protocol's other data members
-    itself)."""
+    """The defaults of the `OperationController` methods, properties, ``is_gang`` and ``takes_float_lists`` a
+    controller has nothing to say on (a controller that lacks the behaviour subclasses it and sets the protocol's
+    other data members itself)."""
 
     is_gang = False
+    takes_float_lists = False
 
     @property
     def can_take_back(self) -> bool:
