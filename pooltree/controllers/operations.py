@@ -337,7 +337,8 @@ class OperationControllerBase:
             else:
                 continue
             resources = self._allocation_resources(state, job)
-            if not fits_floats(resources.tolist(), available):
+            amounts = resources.tolist()
+            if not fits_floats(amounts, available):
                 continue
             if copy:
                 job = Job(job.task, job.index, job.fraction, job.attempt, job.incarnation, speculative=True)
@@ -352,6 +353,7 @@ class OperationControllerBase:
                 interruption_signal=self.interruption_signal,
                 node_address=node.address,
                 now=now,
+                amounts=tuple(amounts),
             )
         return None
 
@@ -406,8 +408,10 @@ class OperationControllerBase:
         interruption_signal: Any,
         node_address: str | None,
         now: float,
+        amounts: tuple[float, ...] | None = None,
     ) -> Allocation:
-        """Account ``job`` as running in a new allocation of ``resources`` (a first start or a restart in place)."""
+        """Account ``job`` as running in a new allocation of ``resources`` (a first start or a restart in place);
+        ``amounts``: the floats of ``resources`` where the caller made them (`Allocation`'s ``amounts``)."""
         state.running += 1
         if state.spec.memory_reserve is not None:
             state.spec.memory_reserve.start_job((job.task, job.index))
@@ -422,6 +426,7 @@ class OperationControllerBase:
             interruption_signal=interruption_signal,
             node_address=node_address,
             start_time=now,
+            amounts=amounts,
         )
         self._running[allocation.id] = job
         if self.speculation is not None:
