@@ -33,6 +33,9 @@ from pooltree.strategy.ssd_preemption import SsdPreemption
 from pooltree.strategy.state import StrategyState
 from pooltree.strategy.tentative import TentativeGate
 
+_R0, _R1, _R2, _R3, _R4 = RESOURCES
+"""The resource names, in order: the keys of a started allocation's ``resources`` in its event."""
+
 
 class RegularStage:
     """Regular scheduling on one node; see the module docstring."""
@@ -254,6 +257,7 @@ class RegularStage:
         result.allocations_to_start.append(allocation)
         sink = state.event_sink  # called as `StrategyState.emit` calls it, one call less a start
         if sink is not None:
+            amounts = allocation.amounts
             sink(
                 {
                     "event": "allocation_started",
@@ -262,6 +266,13 @@ class RegularStage:
                     "operation_id": allocation.operation_id,
                     "node": node.address,
                     "stage": str(stage),  # a StrEnum's str is its value, without the enum's property
-                    "resources": dict(zip(RESOURCES, allocation.amounts, strict=True)),  # the same floats
+                    # the same floats by name, in RESOURCES order (a display: ``dict(zip(...))`` cost ~0.5 us more)
+                    "resources": {
+                        _R0: amounts[0],
+                        _R1: amounts[1],
+                        _R2: amounts[2],
+                        _R3: amounts[3],
+                        _R4: amounts[4],
+                    },
                 }
             )
