@@ -251,8 +251,7 @@ class RegularStage:
         node.allocations[allocation.id] = allocation
         node.usage += allocation.resources
         state.allocations[allocation.id] = allocation
-        state.stamp_start(element)
-        state.charge(allocation, runtime, element)
+        state.charge(allocation, runtime, element)  # stamps the start serial too
         self.heaps.refresh_leaf(element, current)
         result.allocations_to_start.append(allocation)
         sink = state.event_sink  # called as `StrategyState.emit` calls it, one call less a start

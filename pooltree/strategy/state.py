@@ -127,8 +127,27 @@ class StrategyState:
         self.account(runtime, element, allocation.amounts, _sub_list)
 
     def charge(self, allocation: Allocation, runtime: OperationRuntime, element: _Element) -> None:
-        """An allocation starts counting: into the operation's usage (and its pools') and preemptible lists."""
-        self.account(runtime, element, allocation.amounts, _add_list)
+        """An allocation starts under ``element``: the next start serial stamped on it and every pool above it
+        (`stamp_start`), its usage into the operation's (and, published, its pools') usage (`account` with
+        ``add_floats``) in the same walk up, and the allocation into the operation's preemptible lists. The same
+        fields, floats and serials as `stamp_start` then `account` (`tests/strategy/test_charge_walk.py`)."""
+        amounts = allocation.amounts
+        serial = self.start_serial + 1
+        self.start_serial = serial
+        element.last_start = serial
+        _add_list(runtime.usage, amounts)
+        self.changes.usage.add(runtime.id)
+        cursor = element.parent
+        if element.op is runtime:
+            while cursor is not None:
+                cursor.last_start = serial
+                _add_list(cursor.usage, amounts)
+                cursor = cursor.parent
+            element.usage = runtime.usage
+        else:
+            while cursor is not None:
+                cursor.last_start = serial
+                cursor = cursor.parent
         runtime.lists_settled = False
         runtime.lists.add(allocation)
 
