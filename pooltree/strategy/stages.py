@@ -69,8 +69,27 @@ class RegularStage:
         return self.has_spare(node.resource_limits.tolist(), node.usage.tolist(), discount)
 
     def has_spare(self, limits: list[float], usage: list[float], discount: list[float] | None) -> bool:
-        """``min_spare_allocation_resources_on_node`` (YTsaurus `CanStartMoreAllocations`): free (+ discount) covers the spare."""
+        """``min_spare_allocation_resources_on_node`` (YTsaurus `CanStartMoreAllocations`): free (+ discount) covers the spare.
+
+        Without a discount (every attempt of a regular stage asks) written out for the five resources: the same
+        comparisons on the same floats as the loop (``free + 0.0`` is ``free`` but for the sign of a zero, which
+        no comparison sees; `tests/strategy/test_has_spare.py`)."""
         spare = self.state.spare
+        if discount is None:
+            limit = limits[0]
+            if not limit <= 0 and limit - usage[0] + _FIT_EPSILON < spare[0]:
+                return False
+            limit = limits[1]
+            if not limit <= 0 and limit - usage[1] + _FIT_EPSILON < spare[1]:
+                return False
+            limit = limits[2]
+            if not limit <= 0 and limit - usage[2] + _FIT_EPSILON < spare[2]:
+                return False
+            limit = limits[3]
+            if not limit <= 0 and limit - usage[3] + _FIT_EPSILON < spare[3]:
+                return False
+            limit = limits[4]
+            return limit <= 0 or not limit - usage[4] + _FIT_EPSILON < spare[4]
         for r in range(RESOURCE_COUNT):
             if limits[r] <= 0:
                 continue
