@@ -205,9 +205,8 @@ class RegularStage:
         else:
             available = [limits[r] - usage[r] + discount[r] for r in range(RESOURCE_COUNT)]
         min_needed = controller.min_needed_resources.tolist()
-        for r in range(RESOURCE_COUNT):
-            if min_needed[r] > available[r] + _FIT_EPSILON:
-                return None, DeactivationReason.MIN_NEEDED_RESOURCES_UNSATISFIED
+        if not fits_floats(min_needed, available, _FIT_EPSILON):  # the same comparisons, written out
+            return None, DeactivationReason.MIN_NEEDED_RESOURCES_UNSATISFIED
         for limited in element.limited:
             assert limited.limits is not None
             extra = ancestor_discount.get(limited.id) if ancestor_discount is not None else None
