@@ -185,10 +185,12 @@ class RegularStage:
         runtime = element.op
         if runtime is None:
             return None, DeactivationReason.NOT_SCHEDULABLE
-        if not self.tag_matches(element, node):
+        # `tag_matches` asked only where a filter is set (it answers True without), segments' ``enabled`` read
+        # from their config as the property reads it: calls less an attempt
+        if element.spec.scheduling_tag_filter is not None and not self.tag_matches(element, node):
             return None, DeactivationReason.SCHEDULING_TAG_FILTER_MISMATCH
         segments = self.segments
-        if segments.enabled and not segments.compatible(element.id, node.address, node.tags):
+        if segments.config.enabled and not segments.compatible(element.id, node.address, node.tags):
             return None, DeactivationReason.INCOMPATIBLE_SCHEDULING_SEGMENT
         if self.ssd.forbidden and self.ssd.forbids(element.id, node):  # `ssd_preemption.py`
             return None, DeactivationReason.REGULAR_ALLOCATION_ON_SSD_NODE_FORBIDDEN
