@@ -130,10 +130,12 @@ class BestLeaf:
             return False
         composite.active = active
         composite.sat = sat
-        composite.version += 1
+        version = composite.version = composite.version + 1
         parent = composite.parent
-        if parent is not None and active:
-            self.push(parent, composite)
+        if parent is not None and active:  # `push`, written out (a call less a level of every start)
+            start = composite.keyed_start = composite.last_start
+            key = composite.fifo_key if composite.use_fifo else sat
+            heapq.heappush(parent.heap, (key, start, composite.index, version, composite))
         return True
 
     def propagate(self, element: _Element, current: _Pass | None) -> None:
@@ -153,12 +155,17 @@ class BestLeaf:
         element.sat = local_satisfaction_ratio(  # `local_satisfaction`, its usage share read in place
             share_floats(element.usage, state.total), element.fair_share, element.blocked
         )
-        element.inactive_reason = self.op_activity(element)
-        element.active = element.inactive_reason is None
-        element.version += 1
+        reason = element.inactive_reason = self.op_activity(element)
+        version = element.version = element.version + 1
         parent = element.parent
-        if parent is not None and element.active:
-            self.push(parent, element)
+        if reason is None:
+            element.active = True
+            if parent is not None:  # `push`, written out (a call less a start and a finish)
+                start = element.keyed_start = element.last_start
+                key = element.fifo_key if element.use_fifo else element.sat
+                heapq.heappush(parent.heap, (key, start, element.index, version, element))
+        else:
+            element.active = False
         self.propagate(element, current)
 
     def push(self, parent: _Element, child: _Element) -> None:
