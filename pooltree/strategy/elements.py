@@ -408,12 +408,17 @@ def _lowest(element: _Element, predicate: Callable[[_Element], bool]) -> str | N
 def _fits(usage: Vector, limits: Vector) -> bool:
     """Every resource's usage is within its limit (+ ``_FIT_EPSILON``): ``(usage <= limits + eps).all()``, compared as
     Python floats (the same double arithmetic; a NaN fails both), about a fifth of numpy's add, compare and reduce
-    on five resources (every heartbeat asks it, `PreemptiveStages.overcommit`)."""
-    limits_list = limits.tolist()
-    for r, used in enumerate(usage.tolist()):  # noqa: SIM110 (a plain loop: no generator per heartbeat)
-        if not used <= limits_list[r] + _FIT_EPSILON:
-            return False
-    return True
+    on five resources (every heartbeat asks it, `PreemptiveStages.overcommit`). Written out for the five: the
+    same comparisons in the same order as the loop it replaced (`tests/strategy/test_fits_vectors.py`)."""
+    u0, u1, u2, u3, u4 = usage.tolist()
+    l0, l1, l2, l3, l4 = limits.tolist()
+    return (
+        u0 <= l0 + _FIT_EPSILON
+        and u1 <= l1 + _FIT_EPSILON
+        and u2 <= l2 + _FIT_EPSILON
+        and u3 <= l3 + _FIT_EPSILON
+        and u4 <= l4 + _FIT_EPSILON
+    )
 
 
 def _sub_np(target: Vector, values: Vector) -> None:
