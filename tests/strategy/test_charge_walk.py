@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.elements import OperationRuntime
 from pooltree.strategy.model import Allocation
-from pooltree.strategy.shares import add_floats
+from pooltree.strategy.shares import add_floats, sub_floats
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
 from pooltree.strategy.state import StrategyState
 
@@ -97,5 +97,37 @@ def test_charge_equals_stamp_then_account(
                 state.account(runtime, element, allocation.amounts, add_floats)  # type: ignore[arg-type]
                 runtime.lists_settled = False
                 runtime.lists.add(allocation)
+        results.append(_observed(state, element, runtime))
+    assert results[0] == results[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pools=st.lists(vectors, max_size=4),
+    own=vectors,
+    amounts=st.lists(vectors, min_size=1, max_size=5),
+    released=st.lists(st.integers(0, 4), max_size=5),
+    case=st.sampled_from(["published", "other", "unpublished"]),
+)
+def test_release_equals_lists_remove_then_account(
+    pools: list[list[float]], own: list[float], amounts: list[list[float]], released: list[int], case: str
+) -> None:
+    results = []
+    for written_out in (True, False):
+        state = _state()
+        runtime = OperationRuntime("op", controller=None)  # type: ignore[arg-type]
+        element = _chain(pools, own, runtime, case == "published")
+        allocations = [Allocation(f"op/{n}", "op", vector) for n, vector in enumerate(amounts)]
+        for allocation in allocations:
+            state.charge(allocation, runtime, element)  # type: ignore[arg-type]
+        target = None if case == "unpublished" else element
+        for index in released:
+            allocation = allocations[index % len(allocations)]
+            if written_out:
+                state.release(allocation, runtime, target)  # type: ignore[arg-type]
+            else:
+                runtime.lists_settled = False
+                runtime.lists.remove(allocation)
+                state.account(runtime, target, allocation.amounts, sub_floats)  # type: ignore[arg-type]
         results.append(_observed(state, element, runtime))
     assert results[0] == results[1]
