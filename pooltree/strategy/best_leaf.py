@@ -117,7 +117,18 @@ class BestLeaf:
 
     def recompute(self, composite: _Element, current: _Pass | None) -> bool:
         """A pool's key from its best child (YTsaurus `UpdateAttributesAtCompositeElement`); whether it moved."""
-        best = self.peek(composite, current)
+        heap = composite.heap
+        if heap:  # `peek`'s answer when its top entry is current and not set aside (a call less a level)
+            entry = heap[0]
+            best = entry[4]
+            if (
+                entry[3] != best.version
+                or not best.active
+                or (current is not None and best.excluded == current.serial)
+            ):
+                best = self.peek(composite, current)
+        else:
+            best = None
         active = best is not None
         sat = best.sat if best is not None else INFINITE_SATISFACTION_RATIO
         if best is not None and self.state.tree.pool_satisfaction_used:
