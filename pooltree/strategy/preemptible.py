@@ -236,7 +236,8 @@ class PreemptibleLists:
         too: with a non-empty Preemptible list the new tail needs no rebalancing at all, and otherwise only the
         AggressivelyPreemptible | Preemptible boundary can move (onto the new allocation).
         """
-        self._note(allocation.amounts)
+        if self._integral:  # (`_note` does nothing once it is cleared: a call less a start)
+            self._note(allocation.amounts)
         if allocation.revived:
             self._insert_in_start_order(allocation)
             return
