@@ -14,7 +14,11 @@ from collections.abc import Sequence
 from pooltree.strategy.elements import _Element, _Pass
 from pooltree.strategy.model import DeactivationReason, SchedulingStatus
 from pooltree.strategy.pool_satisfaction import pool_key
-from pooltree.strategy.shares import INFINITE_SATISFACTION_RATIO, local_satisfaction_ratio, share_floats
+from pooltree.strategy.shares import (
+    INFINITE_SATISFACTION_RATIO,
+    local_satisfaction_ratio,
+    usage_satisfaction_ratio,
+)
 from pooltree.strategy.snapshot import ROOT_ID
 from pooltree.strategy.state import StrategyState
 
@@ -163,8 +167,9 @@ class BestLeaf:
         """Re-key an operation after its usage or demand changed and propagate to the root."""
         state = self.state
         state.changes.usage.add(element.id)
-        element.sat = local_satisfaction_ratio(  # `local_satisfaction`, its usage share read in place
-            share_floats(element.usage, state.total), element.fair_share, element.blocked
+        # `local_satisfaction`, its usage share divided in place
+        element.sat = usage_satisfaction_ratio(
+            element.usage, state.total, element.fair_share, element.blocked
         )
         reason = element.inactive_reason = self.op_activity(element)
         version = element.version = element.version + 1
