@@ -393,7 +393,7 @@ class TreeScheduler:
         element = self.state.elements.get(allocation.operation_id)
         if allocation.preemption is None:  # not preempted (`Allocation.preempted`, read without the property)
             if node is not None:
-                _sub_np(node.usage, allocation.resources)
+                node.usage -= allocation.resources  # in place (`_sub_np`, a call less a finish)
             if runtime is not None:
                 self.state.release(allocation, runtime, element)
         if node is not None:
