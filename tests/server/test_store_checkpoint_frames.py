@@ -1,5 +1,5 @@
 """``POOLTREE_CHECKPOINT_FRAMES`` sets the frames past which the SQLite store copies its log into the database file
-(``SqliteStore.checkpoint_frames``), SQLite's own checkpoint four times further when that is past its default, and
+(``SqliteStore.checkpoint_frames``), SQLite's own checkpoint twice as far when that is past its default, and
 an override that is not a whole number in range is refused with a warning naming it."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = _open(tmp_path / "scheduler.db")
     try:
         assert store.checkpoint_frames == CHECKPOINT_FRAMES
-        expected = max(AUTOCHECKPOINT_FRAMES, 4 * CHECKPOINT_FRAMES)
+        expected = max(AUTOCHECKPOINT_FRAMES, 2 * CHECKPOINT_FRAMES)
         assert store.autocheckpoint_frames == expected
         assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == expected
     finally:
@@ -69,13 +69,13 @@ def test_the_store_checkpoints_at_the_frames_set(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, frames: int
 ) -> None:
     """Writes of 10 rows each, the store's checkpoint after each (as the group commit's thread runs it): no
-    checkpoint copies before ``frames`` frames wait, and one does once they do; SQLite's own bound is four times
-    further (or its default), so it never copies first."""
+    checkpoint copies before ``frames`` frames wait, and one does once they do; SQLite's own bound is twice as far
+    (or its default), so it never copies first."""
     monkeypatch.setenv("POOLTREE_CHECKPOINT_FRAMES", str(frames))
     store = _open(tmp_path / "scheduler.db")
     try:
         assert store.checkpoint_frames == frames
-        autocheckpoint = max(AUTOCHECKPOINT_FRAMES, 4 * frames)
+        autocheckpoint = max(AUTOCHECKPOINT_FRAMES, 2 * frames)
         assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == autocheckpoint
         first, copied_at = 0, []
         while store.checkpoints < 3 and first < 200_000:

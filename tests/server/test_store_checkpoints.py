@@ -125,7 +125,6 @@ def test_a_checkpoint_copies_beside_a_write(tmp_path: Path) -> None:
     try:
         _fill(store, store.checkpoint_frames)
         frames = _frames(store)
-        assert frames[0] < 2 * store.checkpoint_frames  # no second pass with the writes held is due
         copied: list[int | None] = []
         with store._lock:  # a write under way
             thread = threading.Thread(target=lambda: copied.append(store.checkpoint_journal()))
@@ -144,7 +143,7 @@ def test_the_log_starts_again_under_writes_beside_its_checkpoints(
     """Writes one after another on one thread, checkpoints on another as the group commit runs them, SQLite's own
     checkpoint turned off: a copy made beside the writes seldom leaves the log whole when the next write begins,
     and SQLite starts the log again only then, so the log grew without bound (a probe of the mechanism: ~100 MB
-    in 8 s); the second pass with the writes held, once the log holds twice ``checkpoint_frames``, lets it start
+    in 8 s); the second pass with the writes held, when frames came during the copy, lets it start
     again."""
     monkeypatch.setenv("POOLTREE_CHECKPOINT_FRAMES", "64")
     store = _open(tmp_path / "scheduler.db")

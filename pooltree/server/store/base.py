@@ -76,9 +76,9 @@ class Mutation:
     time: float
 
 
-JOURNAL_BOUND = 4 << 20
-"""How far SQLite's journal grows between checkpoints (1000 pages of 4 KiB; the store sets
-``journal_size_limit`` to it, so the journal shrinks back after a bigger transaction)."""
+JOURNAL_BOUND = 8 << 20
+"""How far SQLite's journal grows between checkpoints (2,048 pages of 4 KiB, SQLite's own checkpoint's bound; the
+store sets ``journal_size_limit`` to it, so the journal shrinks back after a bigger transaction)."""
 
 
 def disk_reserve(total: int) -> int:

@@ -13,9 +13,9 @@ Checkpoints: SQLite copies the log into the database file inside the commit that
 ``wal_autocheckpoint`` pages, so that commit (and whoever waits for it) waits for the copy. The group commit calls
 ``checkpoint_journal`` on a thread of its own after a batch's waiters were woken (``live/commit.py``), which copies
 the log once it holds ``CHECKPOINT_FRAMES`` frames not yet copied, on a connection of its own beside the writes (no
-commit waits for the copy and its syncs; a second pass with the writes held, once the log holds twice that, lets
-SQLite start the log again); SQLite's own checkpoint, at ``AUTOCHECKPOINT_FRAMES``, stays as the bound for writes
-that come another way. A checkpoint runs after the same file check a commit makes.
+commit waits for the copy and its syncs; a second pass with the writes held, when frames came meanwhile, lets
+SQLite start the log again); SQLite's own checkpoint, at twice ``CHECKPOINT_FRAMES`` (at least
+``AUTOCHECKPOINT_FRAMES``), stays as the bound for writes that come another way. A checkpoint runs after the same file check a commit makes.
 
 The writer keeps its temporary files in memory (``temp_store=MEMORY``): a multi-row statement's statement journal
 (the pages it changes, kept to undo the statement alone inside its transaction) no longer spills to a temporary file
@@ -61,16 +61,20 @@ READERS = 4
 under one lock, a listing that lost the GIL between two of its rows (``sqlite3`` lets it go at every row) held
 every other read meanwhile: another listing, a start's mutation-id check (session 28's ``live_queue --split``)."""
 
-CHECKPOINT_FRAMES = 256
-"""Frames of the log not yet copied into the database file past which ``checkpoint_journal`` copies them: ~1 MiB,
-a few milliseconds of copy (~3 ms for 300 frames here, ~7 ms for 1,000), about 15 a second at 1,000 loaded
-heartbeats a second. ``POOLTREE_CHECKPOINT_FRAMES`` (a whole number in [16, 16384]) overrides it, for comparisons
+CHECKPOINT_FRAMES = 1024
+"""Frames of the log not yet copied into the database file past which ``checkpoint_journal`` copies them: ~4 MiB,
+about 4 copies a second at 1,000 loaded heartbeats a second, each ~10-20 ms here (beside the writes). A job's rows
+dirty the same pages again within a few seconds (the table's last page, the index's inner pages, a row's page at
+its start and at its end), and a copy writes each page once, however many frames the log holds of it: at 256 (the
+default until session 40, when a copy held the writes and had to be short) the store's CPU a job row was ~18%
+higher in the replay of 1,000 nodes' rows (``bench/job_rows.py``; ``bench/RESULTS.md``, session 40).
+``POOLTREE_CHECKPOINT_FRAMES`` (a whole number in [16, 16384]) overrides it, for comparisons
 (``checkpoint_frames``)."""
 AUTOCHECKPOINT_FRAMES = 1000
-"""SQLite's own checkpoint inside the commit that brings the log to this many frames (its default, set explicitly;
-four times the store's checkpoint frames when that is more, so that SQLite's never comes first): the log's bound
-when ``checkpoint_journal`` is not called (writes outside the group commit's thread) or fell behind;
-``JOURNAL_BOUND`` is its size at the default."""
+"""SQLite's own checkpoint inside the commit that brings the log to this many frames (its default), or twice
+the store's checkpoint frames when that is more (2,048 at ``CHECKPOINT_FRAMES``), so that SQLite's never comes
+first: the log's bound when ``checkpoint_journal`` is not called (writes outside the group commit's thread) or fell
+behind; ``JOURNAL_BOUND`` is its size at ``CHECKPOINT_FRAMES``."""
 PAGE_SIZE = 4096
 """SQLite's default page size, which the store keeps (other sizes cost more a job row: ``bench/RESULTS.md``,
 session 39): the log's size per frame, near enough, for ``journal_size_limit``."""
@@ -117,8 +121,8 @@ class SqliteStore(SqlStore):
         (``live/tail.py``)."""
         self.checkpoint_frames = checkpoint_frames()
         """Frames not yet copied past which ``checkpoint_journal`` copies the log (``CHECKPOINT_FRAMES``)."""
-        self.autocheckpoint_frames = max(AUTOCHECKPOINT_FRAMES, 4 * self.checkpoint_frames)
-        """SQLite's own checkpoint's bound (``wal_autocheckpoint``): ``AUTOCHECKPOINT_FRAMES``, or four times
+        self.autocheckpoint_frames = max(AUTOCHECKPOINT_FRAMES, 2 * self.checkpoint_frames)
+        """SQLite's own checkpoint's bound (``wal_autocheckpoint``): ``AUTOCHECKPOINT_FRAMES``, or twice
         ``checkpoint_frames`` when that is more, so that SQLite's never comes before the store's."""
         self.checkpoints = 0
         """Checkpoints ``checkpoint_journal`` ran (each a ``PASSIVE`` one)."""
@@ -321,9 +325,9 @@ class SqliteStore(SqlStore):
         so no commit waits for the copy and its syncs (the group commit runs it on a thread of its own after a
         batch, ``live/commit.py``), and the commit that would have crossed ``autocheckpoint_frames`` never comes.
         SQLite starts the log again from its beginning only at a write that begins when everything in it was
-        copied, which a copy made beside the writes seldom leaves: once the log holds twice ``checkpoint_frames``,
-        a second pass copies what came meanwhile with the writes held (the store's lock: a few frames, the long
-        copy done), so the next write starts the log again and it stays bounded. The file is checked first as a
+        copied, which a copy made beside the writes seldom leaves: when frames came during the copy, a second pass
+        copies them with the writes held (the store's lock: those few frames, the long copy done), so the next
+        write starts the log again and the log stays within ``checkpoint_frames`` and what comes during a copy. The file is checked first as a
         commit checks it: a checkpoint writes the file's first page, which would put back a header overwritten
         under the store; a problem found here puts the store in trouble as the next commit's check would. A
         checkpoint that fails is logged and counted: what it did not copy stays in the log, and SQLite's own bound
@@ -343,14 +347,15 @@ class SqliteStore(SqlStore):
                 return None
             began = time.perf_counter()
             try:
-                row = checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                row = _checkpoint(checkpointer)
                 self.long_commits.note(time.perf_counter() - began, f"checkpoint of {_copied(row)} frames")
-                if row is not None and int(row[1]) >= 2 * self.checkpoint_frames:
+                after = self._journal_frames()  # (the row counts the log as the copy began)
+                if after is None or after[0] > after[1]:
                     held = time.perf_counter()
                     with self._lock:  # the writes held: the rest copied, the next write starts the log again
                         if self._trouble is not None or self._fd is None:
                             return _copied(row)
-                        row = checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        row = _checkpoint(checkpointer)
                     self.checkpoints_holding_writes += 1
                     self.long_commits.note(
                         time.perf_counter() - held, f"checkpoint of {_copied(row)} frames, writes held"
@@ -548,6 +553,13 @@ class _FileProblem(StoreUnavailable):
         super().__init__(
             f"Scheduler store is unavailable, nothing is acknowledged: {problem}", attributes={"store": url}
         )
+
+
+def _checkpoint(connection: sqlite3.Connection) -> Any:
+    """A ``PASSIVE`` checkpoint on ``connection``: its row (busy, the log's frames, those copied), the statement run
+    to its end (left open, it would keep a read of the log, and SQLite does not start a log again while one does)."""
+    rows = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    return rows[0] if rows else None
 
 
 def _copied(row: Any) -> int:
