@@ -102,51 +102,21 @@ def usage_satisfaction_ratio(
     usage: Floats, total: Floats, fair_share: Floats, blocked: Sequence[bool]
 ) -> float:
     """``local_satisfaction_ratio(share_floats(usage, total), fair_share, blocked)`` in one call (an operation's
-    key at every start and finish, `BestLeaf.refresh_leaf`): the usage share's divisions written in, no list made;
-    the same divisions, comparisons and results (``tests/strategy/test_usage_satisfaction.py``). A fair share of
-    zeros answers before any division (the shares' divisions raise nothing and are read by nothing else)."""
-    if max(fair_share) <= SMALL_EPSILON:
-        return INFINITE_SATISFACTION_RATIO
+    key at every start and finish, `BestLeaf.refresh_leaf`): the usage share's divisions written in, a tuple
+    instead of ``share_floats``' list, then the one ratio rule; the same divisions, comparisons and results
+    (``tests/strategy/test_usage_satisfaction.py``)."""
     t0, t1, t2, t3, t4 = total
-    u0 = usage[0] / t0 if t0 > 0 else 0.0
-    u1 = usage[1] / t1 if t1 > 0 else 0.0
-    u2 = usage[2] / t2 if t2 > 0 else 0.0
-    u3 = usage[3] / t3 if t3 > 0 else 0.0
-    u4 = usage[4] / t4 if t4 > 0 else 0.0
-    f0, f1, f2, f3, f4 = fair_share
-    if u0 > f0 or u1 > f1 or u2 > f2 or u3 > f3 or u4 > f4:
-        return _above_ratio(u0, u1, u2, u3, u4, f0, f1, f2, f3, f4)
-    b0, b1, b2, b3, b4 = blocked
-    if b0 and b1 and b2 and b3 and b4:  # every resource blocked: the smallest ratio
-        worst = INFINITE_SATISFACTION_RATIO
-        ratio = 1.0 if f0 == 0.0 else u0 / f0
-        if ratio < worst:
-            worst = ratio
-        ratio = 1.0 if f1 == 0.0 else u1 / f1
-        if ratio < worst:
-            worst = ratio
-        ratio = 1.0 if f2 == 0.0 else u2 / f2
-        if ratio < worst:
-            worst = ratio
-        ratio = 1.0 if f3 == 0.0 else u3 / f3
-        if ratio < worst:
-            worst = ratio
-        ratio = 1.0 if f4 == 0.0 else u4 / f4
-        if ratio < worst:
-            worst = ratio
-        return worst
-    best = 0.0  # the largest ratio over the open resources with a fair share
-    if not b0 and f0 != 0.0 and u0 / f0 > best:
-        best = u0 / f0
-    if not b1 and f1 != 0.0 and u1 / f1 > best:
-        best = u1 / f1
-    if not b2 and f2 != 0.0 and u2 / f2 > best:
-        best = u2 / f2
-    if not b3 and f3 != 0.0 and u3 / f3 > best:
-        best = u3 / f3
-    if not b4 and f4 != 0.0 and u4 / f4 > best:
-        best = u4 / f4
-    return best
+    return local_satisfaction_ratio(
+        (
+            usage[0] / t0 if t0 > 0 else 0.0,
+            usage[1] / t1 if t1 > 0 else 0.0,
+            usage[2] / t2 if t2 > 0 else 0.0,
+            usage[3] / t3 if t3 > 0 else 0.0,
+            usage[4] / t4 if t4 > 0 else 0.0,
+        ),
+        fair_share,
+        blocked,
+    )
 
 
 def _above_ratio(
