@@ -121,19 +121,11 @@ class StrategyState:
             cursor = cursor.parent
 
     def release(self, allocation: Allocation, runtime: OperationRuntime, element: _Element | None) -> None:
-        """An allocation stops counting: out of the operation's preemptible lists and usage (and its pools'):
-        `account` with ``sub_floats`` written out (a call less a finish; `tests/strategy/test_charge_walk.py`)."""
+        """An allocation stops counting: out of the operation's preemptible lists and usage (and its pools'),
+        `account` with ``sub_floats`` (`tests/strategy/test_charge_walk.py`)."""
         runtime.lists_settled = False
         runtime.lists.remove(allocation)
-        amounts = allocation.amounts
-        _sub_list(runtime.usage, amounts)
-        self.changes.usage.add(runtime.id)
-        if element is not None and element.op is runtime:
-            cursor = element.parent
-            while cursor is not None:
-                _sub_list(cursor.usage, amounts)
-                cursor = cursor.parent
-            element.usage = runtime.usage
+        self.account(runtime, element, allocation.amounts, _sub_list)
 
     def charge(self, allocation: Allocation, runtime: OperationRuntime, element: _Element) -> None:
         """An allocation starts under ``element``: the next start serial stamped on it and every pool above it
