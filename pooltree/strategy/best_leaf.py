@@ -121,18 +121,7 @@ class BestLeaf:
 
     def recompute(self, composite: _Element, current: _Pass | None) -> bool:
         """A pool's key from its best child (YTsaurus `UpdateAttributesAtCompositeElement`); whether it moved."""
-        heap = composite.heap
-        if heap:  # `peek`'s answer when its top entry is current and not set aside (a call less a level)
-            entry = heap[0]
-            best = entry[4]
-            if (
-                entry[3] != best.version
-                or not best.active
-                or (current is not None and best.excluded == current.serial)
-            ):
-                best = self.peek(composite, current)
-        else:
-            best = None
+        best = self.peek(composite, current)
         active = best is not None
         sat = best.sat if best is not None else INFINITE_SATISFACTION_RATIO
         if best is not None and self.state.tree.pool_satisfaction_used:
@@ -145,12 +134,10 @@ class BestLeaf:
             return False
         composite.active = active
         composite.sat = sat
-        version = composite.version = composite.version + 1
+        composite.version += 1
         parent = composite.parent
-        if parent is not None and active:  # `push`, written out (a call less a level of every start)
-            start = composite.keyed_start = composite.last_start
-            key = composite.fifo_key if composite.use_fifo else sat
-            heapq.heappush(parent.heap, (key, start, composite.index, version, composite))
+        if parent is not None and active:
+            self.push(parent, composite)
         return True
 
     def propagate(self, element: _Element, current: _Pass | None) -> None:
@@ -171,17 +158,12 @@ class BestLeaf:
         element.sat = usage_satisfaction_ratio(
             element.usage, state.total, element.fair_share, element.blocked
         )
-        reason = element.inactive_reason = self.op_activity(element)
-        version = element.version = element.version + 1
+        element.inactive_reason = self.op_activity(element)
+        element.active = element.inactive_reason is None
+        element.version += 1
         parent = element.parent
-        if reason is None:
-            element.active = True
-            if parent is not None:  # `push`, written out (a call less a start and a finish)
-                start = element.keyed_start = element.last_start
-                key = element.fifo_key if element.use_fifo else element.sat
-                heapq.heappush(parent.heap, (key, start, element.index, version, element))
-        else:
-            element.active = False
+        if parent is not None and element.active:
+            self.push(parent, element)
         self.propagate(element, current)
 
     def push(self, parent: _Element, child: _Element) -> None:
