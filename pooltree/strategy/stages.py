@@ -93,7 +93,7 @@ class RegularStage:
         for r in range(RESOURCE_COUNT):
             if limits[r] <= 0:
                 continue
-            free = limits[r] - usage[r] + (discount[r] if discount is not None else 0.0)
+            free = limits[r] - usage[r] + discount[r]
             if free + _FIT_EPSILON < spare[r]:
                 return False
         return True
