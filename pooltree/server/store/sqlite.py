@@ -336,8 +336,7 @@ class SqliteStore(SqlStore):
             checkpointer = self._checkpointer
             if self._trouble is not None or self._fd is None or checkpointer is None:
                 return None
-            frames = self._journal_frames()
-            if frames is None or frames[0] - frames[1] < self.checkpoint_frames:
+            if not self.checkpoint_due():
                 return None
             problem = self._verify()
             if problem is not None:
