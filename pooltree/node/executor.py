@@ -291,7 +291,8 @@ class JobExecutor:
         if job.verdict is not None:  # aborted (or the node shut down) while launching
             self._signals.signal(job, signal.SIGKILL, [])
         elif job.phase == "interrupting" and spec.interruption_signal is not None:
-            self._signals.signal(job, spec.interruption_signal)  # to the processes there are now (a scan)
+            # to the processes there are now (a scan)
+            job.interrupted_pids += self._signals.signal(job, spec.interruption_signal)
         await self._supervise(job)
 
     async def _assign_gpus(self, job: RunningJob) -> dict[str, str]:
@@ -338,7 +339,7 @@ class JobExecutor:
             return
         job.phase = "interrupting"
         job.interruption_reason = reason
-        self._signals.signal(job, sig)
+        job.interrupted_pids = self._signals.signal(job, sig)
         job.killer = asyncio.create_task(self._interruption_deadline(job, float(timeout), reason))
 
     def abort(self, job_id: str, reason: str, attributes: Mapping[str, Any] | None = None) -> None:
@@ -504,11 +505,13 @@ class JobExecutor:
             await asyncio.wait_for(asyncio.shield(job.done), timeout)
             return
         if job.verdict is None:
-            job.verdict = Verdict(
-                JobState.ABORTED,
-                abort_error(reason, {"interruption_timeout": timeout, "interruption": "timed out"}),
-                reason,
-            )
+            left = self._signals.still_running(job, job.interrupted_pids)
+            attributes = {
+                "interruption_timeout": timeout,
+                "interruption": "timed out",
+                "processes_left": left,
+            }
+            job.verdict = Verdict(JobState.ABORTED, abort_error(reason, attributes), reason)
             job.phase = "aborting"
         await self._signals.kill_tree(job)
 

@@ -37,6 +37,8 @@ class RunningJob:
     phase: str = "running"
     verdict: Verdict | None = None
     interruption_reason: str | None = None
+    interrupted_pids: list[int] = field(default_factory=list)
+    """The processes the interruption signal was sent to: an interruption that times out names what it left."""
     memory: MemorySample | None = None
     max_memory: float = 0.0
     job_proxy_max_memory: float = 0.0

@@ -42,16 +42,16 @@ class JobSignals:
         self._meter = meter
         self.isolation = isolation
 
-    def signal(self, job: RunningJob, sig: signal.Signals, members: list[int] | None = None) -> None:
+    def signal(self, job: RunningJob, sig: signal.Signals, members: list[int] | None = None) -> list[int]:
         """Deliver ``sig`` once to every process of the job: its process group, then members that left it.
 
         A process must not get the signal twice: a program that handles the first interruption signal and
         starts exiting restores the default disposition, and a second copy would kill it (exit 130).
-        ``members`` saves a scan when the caller has just listed them.
+        ``members`` saves a scan when the caller has just listed them. Returns the pids a catchable signal was
+        sent to (empty for SIGKILL, which goes to the group).
         """
         if sig != signal.SIGKILL:
-            self._signal_inside(job, sig, members)
-            return
+            return self._signal_inside(job, sig, members)
         group = None
         if job.process is not None and job.process.returncode is None:
             group = job.process.pid
@@ -60,13 +60,14 @@ class JobSignals:
             if group is not None and process_group(pid) == group:
                 continue
             send(pid, sig, group=False)
+        return []
 
-    def _signal_inside(self, job: RunningJob, sig: signal.Signals, members: list[int] | None) -> None:
+    def _signal_inside(self, job: RunningJob, sig: signal.Signals, members: list[int] | None) -> list[int]:
         """A catchable signal: to every process of the job but its wrappers -- the keeper (it would only ignore
         it) and, under a sandbox, bubblewrap's monitor (it would die of it and take the job down with SIGKILL)
         and pid 1 of the namespace (it ignores it) -- each process once."""
         if job.process is None or job.process.returncode is not None:
-            return
+            return []
         wrappers = {job.process.pid}
         entries = {
             pid: read_process(pid)
@@ -79,9 +80,10 @@ class JobSignals:
             wrappers |= {
                 pid for pid, entry in entries.items() if entry is not None and entry.ppid in wrappers
             }
-        for pid, entry in entries.items():
-            if entry is not None and pid not in wrappers:
-                send(pid, sig, group=False)
+        sent = [pid for pid, entry in entries.items() if entry is not None and pid not in wrappers]
+        for pid in sent:
+            send(pid, sig, group=False)
+        return sent
 
     async def kill_tree(self, job: RunningJob, rounds: int = 100) -> None:
         """SIGKILL the job's group and members until none is left (bounded: ``rounds`` × 20 ms)."""
@@ -92,9 +94,40 @@ class JobSignals:
             self.signal(job, signal.SIGKILL, alive)
             await asyncio.sleep(KILL_ROUND)
 
+    def still_running(self, job: RunningJob, signalled: list[int]) -> list[str]:
+        """The job's live processes but the keeper, each as ``PID NAME (STATE, signalled or not)``: what an
+        interruption that timed out left running, for its abort error (one scan)."""
+        keeper = None if job.process is None else job.process.pid
+        return [
+            f"{pid} {_process_name(pid)} ({_process_state(pid)}, "
+            f"{'signalled' if pid in signalled else 'not signalled'})"
+            for pid in self.live_members(job)
+            if pid != keeper
+        ]
+
     def live_members(self, job: RunningJob) -> list[int]:
         """The job's processes that are not zombies yet (one scan), with the root while it is unreaped."""
         alive = self._meter().leftovers([job.spec.job_id]).get(job.spec.job_id, [])
         if job.process is not None and job.process.returncode is None and job.process.pid not in alive:
             alive.append(job.process.pid)
         return alive
+
+
+def _process_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as handle:
+            return handle.read().decode(errors="replace").strip() or "?"
+    except OSError:
+        return "?"
+
+
+def _process_state(pid: int) -> str:
+    """``/proc/<pid>/status``'s State line (``S (sleeping)``), ``gone`` once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"State:"):
+                    return line.split(b":", 1)[1].decode(errors="replace").strip()
+    except OSError:
+        pass
+    return "gone"

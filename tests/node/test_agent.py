@@ -130,17 +130,19 @@ def test_preempt_and_abort_from_a_response(tmp_path):
             await wait_for_output(agent.executor, "gentle", b"ready")
             summary = await agent.apply_response_map(
                 {
-                    "preempt": [["gentle", "graceful_preemption", 5]],
+                    # a generous timeout: the job exits as soon as it is signalled, and a CPU-starved CI machine
+                    # must not turn a slow exit into an abort (the error names what was left running if it does)
+                    "preempt": [["gentle", "graceful_preemption", 30]],
                     "abort": [{"job_id": "victim", "reason": "preemption"}, "gone"],
                 }
             )
             for job_id in ("gentle", "victim"):
-                await agent.executor.wait(job_id, 10)
+                await agent.executor.wait(job_id, 35)
             return summary, agent.build_heartbeat()
         finally:
             await agent.shutdown()
 
-    summary, heartbeat = run(scenario())
+    summary, heartbeat = run(scenario(), timeout=60)
     assert summary["interrupted"] == ["gentle"] and summary["aborted"] == ["victim"]
     assert summary["skipped"] == ["gone"]
     reports = {r["job_id"]: r for r in heartbeat["finished_jobs"]}

@@ -222,6 +222,9 @@ def test_interruption_ignored_is_aborted_after_timeout(tmp_path):
     assert result.error["code"] == ABORT_BY_SCHEDULER
     assert result.error["attributes"]["interruption_timeout"] == 0.5
     assert 0.5 <= elapsed < 5
+    # what the interruption left running, and whether the signal reached it: the stubborn program was signalled
+    left = result.error["attributes"]["processes_left"]
+    assert any("python" in line and line.endswith(", signalled)") for line in left), left
 
 
 def test_interrupt_without_signal_aborts_at_once(tmp_path):
