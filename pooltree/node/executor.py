@@ -505,7 +505,10 @@ class JobExecutor:
             await asyncio.wait_for(asyncio.shield(job.done), timeout)
             return
         if job.verdict is None:
-            left = self._signals.still_running(job, job.interrupted_pids)
+            try:  # a description only: a failed scan must not keep the job from being killed below
+                left = self._signals.still_running(job, job.interrupted_pids)
+            except Exception as error:  # any scan failure (kill_tree goes on with its own scans)
+                left = [f"(the job's processes could not be listed: {error})"]
             attributes = {
                 "interruption_timeout": timeout,
                 "interruption": "timed out",

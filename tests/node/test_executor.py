@@ -13,6 +13,7 @@ from node_support import MiB, allocate, executor, gone, py, run, spec, wait_for_
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node import JobExecutor, JobState
 from pooltree.node.job import ABORT_BY_SCHEDULER, MEMORY_LIMIT_EXCEEDED, RESOURCE_OVERDRAFT, USER_JOB_FAILED
+from pooltree.node.signalling import JobSignals
 
 INTERRUPTIBLE = py(
     "import signal, sys, time\n"
@@ -225,6 +226,28 @@ def test_interruption_ignored_is_aborted_after_timeout(tmp_path):
     # what the interruption left running, and whether the signal reached it: the stubborn program was signalled
     left = result.error["attributes"]["processes_left"]
     assert any("python" in line and line.endswith(", signalled)") for line in left), left
+
+
+def test_an_interruption_timeout_kills_even_when_its_processes_cannot_be_listed(tmp_path, monkeypatch):
+    """The abort error's list of what was left is a description: a scan that fails there still kills the job."""
+
+    def broken(self, job, signalled):
+        raise OSError("no /proc")
+
+    monkeypatch.setattr(JobSignals, "still_running", broken)
+
+    async def scenario():
+        async with executor(tmp_path) as ex:
+            await ex.start(spec("job-y", STUBBORN, interruption_signal="SIGUSR1"))
+            await wait_for_output(ex, "job-y", b"ready")
+            ex.interrupt("job-y", timeout=0.2, reason="preemption")
+            return await ex.wait("job-y", 10)
+
+    result = run(scenario())
+    assert result.state is JobState.ABORTED and result.abort_reason == "preemption"
+    assert result.error["attributes"]["processes_left"] == [
+        "(the job's processes could not be listed: no /proc)"
+    ]
 
 
 def test_interrupt_without_signal_aborts_at_once(tmp_path):
