@@ -98,12 +98,14 @@ class JobSignals:
         """The job's live processes but the keeper, each as ``PID NAME (STATE, signalled or not)``: what an
         interruption that timed out left running, for its abort error (one scan)."""
         keeper = None if job.process is None else job.process.pid
-        return [
-            f"{pid} {_process_name(pid)} ({_process_state(pid)}, "
-            f"{'signalled' if pid in signalled else 'not signalled'})"
-            for pid in self.live_members(job)
-            if pid != keeper
-        ]
+        described = []
+        for pid in self.live_members(job):
+            if pid != keeper:
+                name, state = _name_and_state(pid)
+                described.append(
+                    f"{pid} {name} ({state}, {'signalled' if pid in signalled else 'not signalled'})"
+                )
+        return described
 
     def live_members(self, job: RunningJob) -> list[int]:
         """The job's processes that are not zombies yet (one scan), with the root while it is unreaped."""
@@ -113,21 +115,18 @@ class JobSignals:
         return alive
 
 
-def _process_name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", "rb") as handle:
-            return handle.read().decode(errors="replace").strip() or "?"
-    except OSError:
-        return "?"
-
-
-def _process_state(pid: int) -> str:
-    """``/proc/<pid>/status``'s State line (``S (sleeping)``), ``gone`` once it has exited."""
+def _name_and_state(pid: int) -> tuple[str, str]:
+    """The Name and State lines of ``/proc/<pid>/status`` (one read): ``("python3", "S (sleeping)")``; ``"?"`` and
+    ``"gone"`` once the process has exited."""
+    fields: dict[bytes, str] = {}
     try:
         with open(f"/proc/{pid}/status", "rb") as handle:
             for line in handle:
-                if line.startswith(b"State:"):
-                    return line.split(b":", 1)[1].decode(errors="replace").strip()
+                key, _, value = line.partition(b":")
+                if key in (b"Name", b"State"):
+                    fields[key] = value.decode(errors="replace").strip()
+                    if len(fields) == 2:
+                        break
     except OSError:
         pass
-    return "gone"
+    return fields.get(b"Name") or "?", fields.get(b"State", "gone")
