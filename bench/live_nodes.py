@@ -735,7 +735,8 @@ def _median_value(values: list[Any], first: Any) -> Any:
     return statistics.median(numbers) if numbers else first
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The bench's options (``bench/start_cost_fit.py`` runs `run_once` with them too)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--period", type=float, default=1.0)
@@ -782,7 +783,11 @@ def main() -> None:
         help="node shard settings to run, e.g. 1,2,1s,2s: N is --node-shards N (1: no shard process), Ns adds "
         "--shard-starts (N shard processes that also run their nodes' scheduling passes); each round runs every one",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The options' checks (a bad one ends the run with the parser's error)."""
     if min(args.nodes, args.drivers, args.repeat) < 1 or args.period <= 0 or args.seconds <= 0:
         parser.error("--nodes, --drivers, --repeat, --period and --seconds must be positive")
     if args.trace < 0:
@@ -798,6 +803,13 @@ def main() -> None:
         parser.error(f"--shards must be settings like 1,2,2s separated by commas, got {args.shards!r}")
     if min(count for count, _ in settings) < 1:
         parser.error("--shards counts must be positive")
+
+
+def main() -> None:
+    parser = build_parser()
+    args = parser.parse_args()
+    check_arguments(parser, args)
+    counts = [part.strip() for part in args.shards.split(",")]
     before = machine()
     runs: dict[str, list[dict[str, Any]]] = {count: [] for count in counts}
     for _ in range(args.repeat):  # shard counts interleaved in each round: the same machine load for each
