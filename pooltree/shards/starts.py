@@ -37,7 +37,7 @@ import contextlib
 import dataclasses
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -475,7 +475,7 @@ class ShardStarts:
             rekey(operation_ids)
             self._send(tree, Rekeyed(operation_ids))
 
-        def tapped_report_usage(allocation_id: str, reported: Vector) -> bool:
+        def tapped_report_usage(allocation_id: str, reported: Vector | Sequence[float]) -> bool:
             allocation = strategy.allocations.get(allocation_id)
             before = allocation.resources if allocation is not None else None
             changed = report_usage(allocation_id, reported)

@@ -9,7 +9,7 @@ The fair-share update is injected (``fair_share``), by default ``pooltree.fairsh
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -522,7 +522,7 @@ class SchedulerCore:
         self.checks.forget(operation_id)
         return running
 
-    def report_usage(self, allocation_id: str, reported: Vector) -> bool:
+    def report_usage(self, allocation_id: str, reported: Vector | Sequence[float]) -> bool:
         """A node-reported usage of one allocation; it counts where it exceeds the reserve (see
         ``TreeScheduler.report_usage``). Returns whether the accounted usage changed."""
         return self.strategy.report_usage(allocation_id, reported)

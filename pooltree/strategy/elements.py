@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -387,7 +387,7 @@ class _Pass:
 EventSink = Callable[[dict[str, Any]], None]
 
 
-def usage_above_reserve(reserve: Vector, reported: Vector) -> Vector:
+def usage_above_reserve(reserve: Vector, reported: Vector | Sequence[float]) -> Vector:
     """An allocation's usage from a node report: the reported amount where it exceeds the reserve, else the reserve.
 
     The seeds: the memory reserve is a lower bound of what a job uses; nodes measure the rest. YTsaurus's node

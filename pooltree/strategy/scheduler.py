@@ -22,7 +22,7 @@ the heartbeat. Nothing recomputes the whole tree per allocation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -445,15 +445,22 @@ class TreeScheduler:
         if element is not None and element.op is runtime:
             self.heaps.refresh_leaf(element)
 
-    def report_usage(self, allocation_id: str, reported: Vector) -> bool:
+    def report_usage(self, allocation_id: str, reported: Vector | Sequence[float]) -> bool:
         """A node reports what an allocation uses: it counts when above the reserve (``usage_above_reserve``).
 
         The new usage goes into the operation's and its pools' usage (fair share, starvation), the node's usage
         (fit of new allocations, overcommit aborts at the next heartbeat) and the preemptible lists. Returns
         whether the accounted usage changed.
+
+        Every running job's report comes here each heartbeat where its node measures memory (the node agent does):
+        the common report, nothing above the reserve of an allocation never raised above it, is answered from
+        Python floats (`_within_reserve`) before numpy's vectors are made; any other report, a NaN on either
+        side included, takes the vectors (`tests/strategy/test_report_usage.py`).
         """
         allocation = self.allocations.get(allocation_id)
         if allocation is None or allocation.preempted or allocation.node_address not in self.nodes:
+            return False
+        if _within_reserve(allocation, reported):
             return False
         usage = usage_above_reserve(allocation.reserve, reported)
         if np.array_equal(usage, allocation.resources):
@@ -624,3 +631,19 @@ class TreeScheduler:
             limited = [element for element in elements.values() if element.limits is not None]
         self._limited_cache = (skeleton, elements, limited)
         return limited
+
+
+def _within_reserve(allocation: Allocation, reported: Vector | Sequence[float]) -> bool:
+    """Whether ``usage_above_reserve(allocation.reserve, reported)`` equals ``allocation.resources`` because the
+    allocation's usage is its reserve (never raised: the same vector, ``Allocation.amounts`` its floats) and nothing
+    reported is above it: the maximum is then the reserve itself. A NaN on either side fails ``<=`` (numpy's
+    maximum would make it NaN, unequal to anything): not within; False is "not shown", never "changed"."""
+    if allocation.resources is not allocation.reserve:
+        return False
+    values = reported.tolist() if isinstance(reported, np.ndarray) else reported
+    if len(values) != len(allocation.amounts):
+        return False
+    for value, bound in zip(values, allocation.amounts, strict=True):  # noqa: SIM110 (no generator: every report)
+        if not value <= bound:
+            return False
+    return True

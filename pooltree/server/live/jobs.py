@@ -10,8 +10,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from pooltree.config import nodes_of_trees
 from pooltree.config.node_waiting import waiting_for_resources_timeout
 from pooltree.config.operation import DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT
@@ -44,10 +42,12 @@ Then = Callable[[dict[str, Any]], None]
 (``LiveJobs.process_heartbeat_unwaited``)."""
 
 
-def reported_usage(report: RunningJobReport) -> np.ndarray:
+def reported_usage(report: RunningJobReport) -> list[float]:
     """What a running job's report says its allocation uses: its resource usage with the memory raised to the
-    measured memory (``SchedulerCore.report_usage`` counts it where it exceeds the reserve)."""
-    reported = np.array(report.resource_usage, dtype=float)
+    measured memory (``SchedulerCore.report_usage`` counts it where it exceeds the reserve). Floats in a list, as
+    ``np.array(..., dtype=float)`` would hold them: the core answers the common report from them without numpy
+    (a node measuring memory reports every running job so every heartbeat)."""
+    reported = [float(value) for value in report.resource_usage]
     reported[MEMORY] = max(reported[MEMORY], float(report.memory_usage))
     return reported
 
