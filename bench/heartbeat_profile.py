@@ -156,6 +156,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--job-seconds", type=float, default=10.0)
     parser.add_argument("--job-jitter", type=float, default=0.5)
     parser.add_argument(
+        "--memory-meter",
+        action="store_true",
+        help="nodes report each running job's measured memory anew every heartbeat, as the node agent does "
+        "(live_nodes.SimNode.memory_meter)",
+    )
+    parser.add_argument(
         "--seconds", type=float, default=30.0, help="simulated seconds from the starts, the warm-up included"
     )
     parser.add_argument(
@@ -255,7 +261,9 @@ class ProfiledCluster:
             "tasks": {"main": {"command": "true", "job_count": args.jobs, "cpu_limit": 1}},
         }
         self.nodes = [
-            SimNode(f"n{i:05d}", args.node_cpu, 64 * 2**30, args.job_seconds, args.job_jitter)
+            SimNode(
+                f"n{i:05d}", args.node_cpu, 64 * 2**30, args.job_seconds, args.job_jitter, args.memory_meter
+            )
             for i in range(args.nodes)
         ]
         self.profile = cProfile.Profile(

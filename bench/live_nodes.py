@@ -114,13 +114,25 @@ PROOFS_MADE = "pooltree_node_shard_proofs_made_total "
 # ------------------------------------------------------------------------------------------- simulated node
 
 
+METERED_BYTES = 256 * 2**20
+"""A simulated job's memory when its allocation reserves none (``SimNode.memory_meter``)."""
+METERED_LOW, METERED_HIGH = 0.5, 0.9
+"""The share of a simulated job's memory its node measures, drawn anew each heartbeat (``SimNode.memory_meter``)."""
+
+
 class SimNode:
     """One exec node without processes: jobs finish ``job_seconds`` after their start, each stretched by a factor
     drawn uniformly from [1 - job_jitter, 1 + job_jitter] (seeded by the address), so that jobs started together
     do not all finish together and the run reaches a steady turnover."""
 
     def __init__(
-        self, address: str, cpu: float, memory: float, job_seconds: float, job_jitter: float = 0.0
+        self,
+        address: str,
+        cpu: float,
+        memory: float,
+        job_seconds: float,
+        job_jitter: float = 0.0,
+        memory_meter: bool = False,
     ) -> None:
         self.address = address
         self.limits = {"user_slots": cpu, "cpu": cpu, "memory": memory, "network": 100.0}
@@ -134,6 +146,11 @@ class SimNode:
         index), event ``start``, ``completed``, ``aborted`` or ``acknowledged``."""
         self.finished: dict[str, dict[str, Any]] = {}
         self.sequence = 0
+        self.memory_meter = memory_meter
+        """Report each running job's memory as measured, anew every heartbeat, as the node agent does
+        (``node/agent.py``: ``memory_usage`` from its meter): a share of the job's memory (its reserve, else
+        ``METERED_BYTES``) drawn each heartbeat from [``METERED_LOW``, ``METERED_HIGH``]. Off: no measured memory,
+        the same entries every heartbeat."""
         self._view: tuple[list[dict[str, Any]], dict[str, float], float] | None = None
         """The running jobs' entries, their summed usage and the first ``finish_at``, as last computed: kept until
         the running set changes (the same values each heartbeat recomputed; the driver's CPU is the machine's)."""
@@ -167,6 +184,9 @@ class SimNode:
             first = min((job["finish_at"] for job in self.running.values()), default=float("inf"))
             self._view = (running, usage, first)
         running, usage, _ = self._view
+        measured = 0.0
+        if self.memory_meter:
+            running, measured = self._metered(running)
         heartbeat = wire.heartbeat(
             self.address,
             sequence=self.sequence,
@@ -174,12 +194,23 @@ class SimNode:
             resource_limits=self.limits,
             resource_usage=usage,
             memory_limit=self.limits["memory"],
-            memory_usage=0,
-            memory_meter="none",
+            memory_usage=measured,
+            memory_meter="psutil" if self.memory_meter else "none",
             running_jobs=running,
             finished_jobs=list(self.finished.values()),
         )
         return wire.encode(heartbeat)
+
+    def _metered(self, entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+        """The running entries with this heartbeat's measured memory (new maps: the kept view stays as computed),
+        and their sum."""
+        out, total, draw = [], 0.0, self.random.uniform
+        for entry in entries:
+            base = float(entry.get("resource_usage", {}).get("memory", 0.0)) or METERED_BYTES
+            memory = float(int(base * draw(METERED_LOW, METERED_HIGH)))
+            out.append({**entry, "memory_usage": memory})
+            total += memory
+        return out, total
 
     def apply(self, response: dict[str, Any], now: float) -> int:
         """Apply an answer; returns how many jobs it started."""
@@ -232,7 +263,14 @@ def _driver(
     as (sent, answered, status, allocations started) and samples of its own CPU as (time, CPU seconds)."""
     random.seed(addresses[0])
     nodes = [
-        SimNode(a, options["node_cpu"], options["node_memory"], options["job_seconds"], options["job_jitter"])
+        SimNode(
+            a,
+            options["node_cpu"],
+            options["node_memory"],
+            options["job_seconds"],
+            options["job_jitter"],
+            options["memory_meter"],
+        )
         for a in addresses
     ]
     period = options["period"]
@@ -506,6 +544,12 @@ def add_driver_arguments(parser: argparse.ArgumentParser, job_seconds: float) ->
     parser.add_argument(
         "--job-jitter", type=float, default=0.5, help="each job lasts job-seconds x U[1 - jitter, 1 + jitter]"
     )
+    parser.add_argument(
+        "--memory-meter",
+        action="store_true",
+        help="nodes report each running job's measured memory anew every heartbeat, as the node agent does "
+        "(SimNode.memory_meter); off: no measured memory, the same running entries every heartbeat",
+    )
 
 
 def driver_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -516,6 +560,7 @@ def driver_options(args: argparse.Namespace) -> dict[str, Any]:
         "node_memory": float(args.node_memory_gib) * 2**30,
         "job_seconds": args.job_seconds,
         "job_jitter": args.job_jitter,
+        "memory_meter": args.memory_meter,
     }
 
 
