@@ -124,6 +124,11 @@ def _median(values: list[float | None]) -> float | None:
     return round(statistics.median(present), 4) if present else None
 
 
+def _by_length(rounds: list[dict[str, Any]], lengths: list[float], key: str) -> dict[str, float | None]:
+    """Each length's median over the rounds of its runs' ``key``."""
+    return {str(length): _median([r["points"][i][key] for r in rounds]) for i, length in enumerate(lengths)}
+
+
 def main() -> None:
     parser = build_parser()
     parser.description = __doc__.split("\n\n")[0]
@@ -194,18 +199,11 @@ def main() -> None:
                 str(length): _median([r["ms_per_start_over_busy"][i] for r in rounds])
                 for i, length in enumerate(lengths)
             },
-            "starts_per_heartbeat": {
-                str(length): _median([r["points"][i]["starts_per_heartbeat"] for r in rounds])
-                for i, length in enumerate(lengths)
-            },
-            "heartbeat_p99_ms": {
-                str(length): _median([r["points"][i]["heartbeat_p99_ms"] for r in rounds])
-                for i, length in enumerate(lengths)
-            },
-            "marginal_ms_per_started_allocation": {
-                str(length): _median([r["points"][i]["marginal_ms_per_started_allocation"] for r in rounds])
-                for i, length in enumerate(lengths)
-            },
+            "starts_per_heartbeat": _by_length(rounds, lengths, "starts_per_heartbeat"),
+            "heartbeat_p99_ms": _by_length(rounds, lengths, "heartbeat_p99_ms"),
+            "marginal_ms_per_started_allocation": _by_length(
+                rounds, lengths, "marginal_ms_per_started_allocation"
+            ),
         },
         "rounds": rounds,
         "machine_before": before,
