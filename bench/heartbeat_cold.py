@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from live_common import machine
-from live_nodes import SimNode
+from sim_node import SimNode
 
 from pooltree.config import parse_pool_trees
 from pooltree.node import wire

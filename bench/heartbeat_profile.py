@@ -62,7 +62,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_nodes import SimNode
+from sim_node import SimNode
 
 from pooltree.config import parse_pool_trees
 from pooltree.node import wire
@@ -159,7 +159,7 @@ def _arguments() -> argparse.Namespace:
         "--memory-meter",
         action="store_true",
         help="nodes report each running job's measured memory anew every heartbeat, as the node agent does "
-        "(live_nodes.SimNode.memory_meter)",
+        "(sim_node.SimNode.memory_meter)",
     )
     parser.add_argument(
         "--seconds", type=float, default=30.0, help="simulated seconds from the starts, the warm-up included"

@@ -1,7 +1,7 @@
 """What the store pays per job row as a function of rows per transaction; prints one JSON object.
 
 The rows are the bench's own: a ``LiveScheduler`` on a SQLite store runs ``--nodes`` simulated nodes
-(``live_nodes.SimNode``, as ``heartbeat_profile.py``) with ``--operations`` vanilla operations of ``--jobs`` one-cpu
+(``sim_node.SimNode``, as ``heartbeat_profile.py``) with ``--operations`` vanilla operations of ``--jobs`` one-cpu
 jobs for ``--seconds`` simulated seconds; every heartbeat's job records (what the group commit would store for it)
 are kept in order. They are then written again, in the same order, into a fresh SQLite store
 (``SqliteStore.put_jobs``, one transaction per call) in transactions of a fixed number of rows (``--rows``) and of
@@ -44,7 +44,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_nodes import SimNode
+from sim_node import SimNode
 
 from pooltree.config import parse_pool_trees
 from pooltree.node import wire

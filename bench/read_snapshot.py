@@ -3,7 +3,7 @@ off the lock; prints one JSON object.
 
 The shape of ``bench/heartbeat_profile.py`` in one process: a ``SchedulerService`` (not started: this script runs
 the fair-share updates and heartbeats) on a SQLite store under a temporary directory, ``--nodes`` simulated nodes
-of ``--node-cpu`` cpus (``live_nodes.SimNode``, the real wire format) heartbeating every simulated second,
+of ``--node-cpu`` cpus (``sim_node.SimNode``, the real wire format) heartbeating every simulated second,
 ``--operations`` running vanilla operations of ``--jobs`` one-cpu jobs, and ``--pending`` more waiting in a queue
 pool of one running operation (``bench/live_queue.py``'s shape: thousands pending), a fair-share update every
 simulated second. Over ``--seconds`` simulated seconds after ``--warmup-seconds``:
@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_nodes import SimNode
+from sim_node import SimNode
 
 from pooltree.node import wire
 from pooltree.server.heartbeats import RunningReports, decode_heartbeat

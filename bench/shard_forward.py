@@ -10,7 +10,7 @@ that often under load); with ``--proof-share S`` that share of its answers carri
 heartbeat at the current generation (live, loaded: ~0.4 per forwarded heartbeat), which the next push voids (as
 under load for nodes that can start more), in the form the build under test takes; with ``--full-proofs`` the
 proofs are full nodes', which the pushes leave holding (as live under load for full nodes, whose next heartbeats
-mostly report a finished job). ``--nodes`` simulated nodes (``live_nodes.SimNode``, 16 cpus, jobs "running"
+mostly report a finished job). ``--nodes`` simulated nodes (``sim_node.SimNode``, 16 cpus, jobs "running"
 ``--job-seconds`` x U[0.5, 1.5]) heartbeat every ``--period`` from ``--drivers`` driver processes over keep-alive
 connections, as in ``live_nodes.py`` (a loaded heartbeat: ~16 running reports, ~1.6 finished jobs, ~1.6 starts).
 
