@@ -458,8 +458,12 @@ class TreeScheduler:
         side included, takes the vectors (`tests/strategy/test_report_usage.py`).
         """
         allocation = self.allocations.get(allocation_id)
-        if allocation is None or allocation.preempted or allocation.node_address not in self.nodes:
-            return False
+        if (
+            allocation is None
+            or allocation.preemption is not None
+            or allocation.node_address not in self.nodes
+        ):
+            return False  # (``preemption``: `Allocation.preempted` read without the property, every report)
         if _within_reserve(allocation, reported):
             return False
         usage = usage_above_reserve(allocation.reserve, reported)

@@ -354,6 +354,7 @@ class LiveJobs:
         confirmed = 0
         own = scheduler.jobs.node_index(address).get  # the index is not changed while the reports are taken
         find = scheduler.jobs.finder()
+        cores = scheduler.cores
         for report in heartbeat.running:
             job_id = report.job_id
             job = own(job_id)
@@ -362,14 +363,19 @@ class LiveJobs:
                 and job.state == "running"
                 and job_id not in seen
                 and not report.gpu_devices
-                and (report.memory_usage <= 0 or job.allocation_id is None)
                 and job.address == address
             ):
                 # the common case, the general steps below in short: a first report of one of the node's running
-                # jobs, no GPU placement, no measured memory to count: confirmed
+                # jobs, no GPU placement: confirmed, and its measured memory counted (a node that measures memory
+                # reports it for every job every heartbeat)
                 seen.add(job_id)
                 job.missed_heartbeats = 0
                 confirmed += 1
+                if job.allocation_id is None or report.memory_usage <= 0:  # the general steps' own test
+                    continue
+                core = cores.get(job.tree)
+                if core is not None and core.report_usage(job.allocation_id, reported_usage(report)):
+                    scheduler.generation.bump()  # usage moved: limits and fits elsewhere may differ
                 continue
             if job is None:
                 job = find(job_id)
