@@ -693,8 +693,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """The options' checks (a bad one ends the run with the parser's error)."""
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The options' checks (a bad one ends the run with the parser's error); the ``--shards`` settings."""
     if min(args.nodes, args.drivers, args.repeat) < 1 or args.period <= 0 or args.seconds <= 0:
         parser.error("--nodes, --drivers, --repeat, --period and --seconds must be positive")
     if args.trace < 0:
@@ -710,13 +710,13 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--shards must be settings like 1,2,2s separated by commas, got {args.shards!r}")
     if min(count for count, _ in settings) < 1:
         parser.error("--shards counts must be positive")
+    return counts
 
 
 def main() -> None:
     parser = build_parser()
     args = parser.parse_args()
-    check_arguments(parser, args)
-    counts = [part.strip() for part in args.shards.split(",")]
+    counts = check_arguments(parser, args)
     before = machine()
     runs: dict[str, list[dict[str, Any]]] = {count: [] for count in counts}
     for _ in range(args.repeat):  # shard counts interleaved in each round: the same machine load for each

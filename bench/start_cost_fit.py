@@ -146,7 +146,7 @@ def main() -> None:
         help="each length's warm-up, in job lengths (--warmup-seconds is not read)",
     )
     args = parser.parse_args()
-    check_arguments(parser, args)
+    shards = check_arguments(parser, args)
     try:
         lengths = [float(part) for part in args.lengths.split(",")]
     except ValueError:
@@ -157,7 +157,7 @@ def main() -> None:
         parser.error(
             f"--warmup-jobs must be at least 1 + --job-jitter ({1 + args.job_jitter}): the first jobs turn over"
         )
-    if "," in args.shards:
+    if len(shards) != 1:
         parser.error("--shards must be one setting here (the fit compares job lengths, not shard counts)")
     for length in lengths:
         needed = jobs_needed(args, length, args.warmup_jobs * length)
@@ -166,7 +166,7 @@ def main() -> None:
                 f"--jobs: {args.operations} operations of {args.jobs} jobs run out before the window ends for jobs "
                 f"of {length:g} s (about {needed:,.0f} start); give at least {int(1.1 * needed / args.operations) + 1}"
             )
-    args.shards_now = args.shards.strip()
+    args.shards_now = shards[0]
     before = machine()
     busy_length = BUSY_LENGTH_RUNS * (args.busy_seconds + args.seconds)
     rounds: list[dict[str, Any]] = []

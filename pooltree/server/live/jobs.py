@@ -354,7 +354,6 @@ class LiveJobs:
         confirmed = 0
         own = scheduler.jobs.node_index(address).get  # the index is not changed while the reports are taken
         find = scheduler.jobs.finder()
-        cores = scheduler.cores
         for report in heartbeat.running:
             job_id = report.job_id
             job = own(job_id)
@@ -373,9 +372,7 @@ class LiveJobs:
                 confirmed += 1
                 if job.allocation_id is None or report.memory_usage <= 0:  # the general steps' own test
                     continue
-                core = cores.get(job.tree)
-                if core is not None and core.report_usage(job.allocation_id, reported_usage(report)):
-                    scheduler.generation.bump()  # usage moved: limits and fits elsewhere may differ
+                self._count_measured(job.tree, job.allocation_id, report)
                 continue
             if job is None:
                 job = find(job_id)
@@ -399,10 +396,16 @@ class LiveJobs:
                 confirmed += 1
             if job.allocation_id is None or report.memory_usage <= 0:
                 continue
-            core = scheduler.cores.get(job.tree)
-            if core is not None and core.report_usage(job.allocation_id, reported_usage(report)):
-                scheduler.generation.bump()  # usage moved: limits and fits elsewhere may differ
+            self._count_measured(job.tree, job.allocation_id, report)
         return confirmed
+
+    def _count_measured(self, tree: str, allocation_id: str, report: RunningJobReport) -> None:
+        """A running job's measured memory (more than none) into its allocation's usage in ``tree``
+        (``SchedulerCore.report_usage``: where it exceeds the reserve); a usage that moved moves the generation."""
+        scheduler = self.scheduler
+        core = scheduler.cores.get(tree)
+        if core is not None and core.report_usage(allocation_id, reported_usage(report)):
+            scheduler.generation.bump()  # usage moved: limits and fits elsewhere may differ
 
     def _schedule(self, node: NodeState, heartbeat: HeartbeatRequest, now: float) -> list[dict[str, Any]]:
         """The strategy's pass over ``node`` in each of its trees: specs of the jobs to start; preemptions are
