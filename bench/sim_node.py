@@ -3,7 +3,8 @@
 ``SimNode`` builds a node's heartbeat body (``pooltree.node.wire``, the module the node agent and the scheduler
 share) and applies the scheduler's answers: started jobs "run" ``job_seconds`` stretched by ``job_jitter`` and are
 then reported completed until acknowledged; preempted and aborted ones are reported aborted. ``memory_meter``: each
-running job's measured memory reported anew every heartbeat, as the node agent does. ``live_nodes.py`` drives many
+running job's memory measured anew every heartbeat and its statistics sent at the agent's backoff, as the node
+agent reports them. ``live_nodes.py`` drives many
 from its driver processes against a real scheduler; ``heartbeat_profile.py``, ``heartbeat_cold.py``,
 ``job_rows.py`` and ``read_snapshot.py`` in process.
 """
@@ -19,6 +20,22 @@ METERED_BYTES = 256 * 2**20
 """A simulated job's memory when its allocation reserves none (``SimNode.memory_meter``)."""
 METERED_LOW, METERED_HIGH = 0.5, 0.9
 """The share of a simulated job's memory its node measures, drawn anew each heartbeat (``SimNode.memory_meter``)."""
+
+
+def _statistics(reserve: float, memory: float, seconds: float) -> dict[str, float]:
+    """A running job's statistics so far under the names the node agent sends (``node.job.job_statistics``)."""
+    elapsed = max(seconds, 0.0)
+    return {
+        "user_job/max_memory": round(memory),
+        "user_job/memory_reserve": round(reserve),
+        "job_proxy/max_memory": 0,
+        "job_proxy/memory_reserve": 0,
+        "job_proxy/estimated_memory": 0,
+        "user_job/cumulative_memory_reserve": round(reserve * elapsed),
+        "user_job/cumulative_max_memory": round(memory * elapsed),
+        "time/total": round(elapsed * 1000.0),
+        "time/exec": round(elapsed * 1000.0),
+    }
 
 
 class SimNode:
@@ -48,10 +65,13 @@ class SimNode:
         self.finished: dict[str, dict[str, Any]] = {}
         self.sequence = 0
         self.memory_meter = memory_meter
-        """Report each running job's memory as measured, anew every heartbeat, as the node agent does
-        (``node/agent.py``: ``memory_usage`` from its meter): a share of the job's memory (its reserve, else
-        ``METERED_BYTES``) drawn each heartbeat from [``METERED_LOW``, ``METERED_HIGH``]. Off: no measured memory,
-        the same entries every heartbeat."""
+        """Report each running job as the node agent does (``node/agent.py``): its memory measured anew every
+        heartbeat, a share of the job's memory (its reserve, else ``METERED_BYTES``) drawn from [``METERED_LOW``,
+        ``METERED_HIGH``] and reported never below the reserve (``wire.counted_memory``), and its statistics so far
+        in its first entry and then every ``wire.RUNNING_STATISTICS_BACKOFF`` seconds. Off: no measured memory,
+        no statistics, the same entries every heartbeat."""
+        self._statistics_sent: dict[str, float] = {}
+        """Running job id → when its statistics were last sent (``memory_meter``)."""
         self._view: tuple[list[dict[str, Any]], dict[str, float], float] | None = None
         """The running jobs' entries, their summed usage and the first ``finish_at``, as last computed: kept until
         the running set changes (the same values each heartbeat recomputed; the driver's CPU is the machine's)."""
@@ -87,7 +107,7 @@ class SimNode:
         running, usage, _ = self._view
         measured = 0.0
         if self.memory_meter:
-            running, measured = self._metered(running)
+            running, measured = self._metered(running, now)
         heartbeat = wire.heartbeat(
             self.address,
             sequence=self.sequence,
@@ -102,14 +122,22 @@ class SimNode:
         )
         return wire.encode(heartbeat)
 
-    def _metered(self, entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
-        """The running entries with this heartbeat's measured memory (new maps: the kept view stays as computed),
-        and their sum."""
+    def _metered(self, entries: list[dict[str, Any]], now: float) -> tuple[list[dict[str, Any]], float]:
+        """The running entries with this heartbeat's memory and the statistics due (new maps: the kept view stays
+        as computed), and the measured memory's sum."""
         out, total, draw = [], 0.0, self.random.uniform
+        sent, self._statistics_sent = self._statistics_sent, {}
         for entry in entries:
-            base = float(entry.get("resource_usage", {}).get("memory", 0.0)) or METERED_BYTES
-            memory = float(int(base * draw(METERED_LOW, METERED_HIGH)))
-            out.append({**entry, "memory_usage": memory})
+            reserve = float(entry.get("resource_usage", {}).get("memory", 0.0))
+            memory = float(int((reserve or METERED_BYTES) * draw(METERED_LOW, METERED_HIGH)))
+            metered = {**entry, "memory_usage": wire.counted_memory(memory, reserve)}
+            job_id = entry["job_id"]
+            last = sent.get(job_id)
+            if last is None or not 0 <= now - last < wire.RUNNING_STATISTICS_BACKOFF:
+                last = now
+                metered["statistics"] = _statistics(reserve, memory, now - entry["start_time"])
+            self._statistics_sent[job_id] = last
+            out.append(metered)
             total += memory
         return out, total
 

@@ -2,7 +2,8 @@
 
 ``NodeAgent`` wraps a ``JobExecutor``. ``build_heartbeat()`` returns a plain map: node address, resource limits
 and usage (the sum of running jobs' allocation resources, as the scheduler counts them), measured memory, the
-running jobs with their phase and statistics, and every finished job not yet acknowledged. A finished job is
+running jobs with their phase, memory (measured, never below the reserve: ``wire.counted_memory``) and statistics
+(at most every ``running_statistics_backoff``), and every finished job not yet acknowledged. A finished job is
 re-sent in each heartbeat until the scheduler acknowledges its id, so a scheduler restart loses no result;
 ``apply_heartbeat_response(start, preempt, abort, acknowledge)`` starts, interrupts and aborts jobs and drops
 acknowledged reports. ``heartbeat_needed`` is set as soon as a job finishes, for an out-of-turn heartbeat.
@@ -93,6 +94,7 @@ class NodeAgent:
         clock: Callable[[], float] = time.time,
         report_stderr_limit: int = DEFAULT_REPORT_STDERR_LIMIT,
         default_interruption_timeout: float = 10.0,
+        running_statistics_backoff: float = wire.RUNNING_STATISTICS_BACKOFF,
     ):
         if not isinstance(address, str) or not address:
             raise ConfigError("address", f"expected a non-empty node address, got {address!r}")
@@ -109,7 +111,14 @@ class NodeAgent:
             executor.node_memory_limit = float(self.resource_limits[MEMORY])
         self.report_stderr_limit = report_stderr_limit
         self.default_interruption_timeout = default_interruption_timeout
+        if not 0 <= running_statistics_backoff < math.inf:
+            raise ConfigError(
+                "running_statistics_backoff", f"expected seconds >= 0, got {running_statistics_backoff!r}"
+            )
+        self.running_statistics_backoff = running_statistics_backoff
         self._clock = clock
+        self._statistics_sent: dict[str, float] = {}
+        """Running job id → when its statistics were last sent (``running_statistics_backoff``)."""
         self._sequence = 0
         self._unacknowledged: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._stderr_uploads: dict[str, str] = {}
@@ -150,12 +159,20 @@ class NodeAgent:
         self.heartbeat_needed.clear()
         running = []
         measured = 0.0
+        now = self._clock()
+        sent, self._statistics_sent = self._statistics_sent, {}
         for job_id in self.executor.running_job_ids():
             spec = self.executor.spec(job_id)
             if spec is None:
                 continue
             memory = self.executor.memory_usage(job_id)
             measured += memory
+            reserve = 0.0 if spec.resources is None else float(spec.resources[MEMORY])
+            last = sent.get(job_id)
+            statistics = None
+            if last is None or not 0 <= now - last < self.running_statistics_backoff:
+                statistics, last = self.executor.running_statistics(job_id), now
+            self._statistics_sent[job_id] = last
             running.append(
                 wire.running_job(
                     job_id,
@@ -164,8 +181,8 @@ class NodeAgent:
                     phase=self.executor.phase(job_id),
                     start_time=self.executor.start_time(job_id),
                     resource_usage=resources_to_dict(spec.resources),
-                    memory_usage=memory,
-                    statistics=self.executor.running_statistics(job_id),
+                    memory_usage=wire.counted_memory(memory, reserve),
+                    statistics=statistics,
                 )
             )
             devices = self.executor.gpu_devices(job_id)
@@ -180,7 +197,7 @@ class NodeAgent:
         return wire.heartbeat(
             self.address,
             sequence=self._sequence,
-            time=self._clock(),
+            time=now,
             resource_limits=resources_to_dict(self.resource_limits),
             resource_usage=resources_to_dict(self.resource_usage()),
             memory_limit=self.executor.node_memory_limit,

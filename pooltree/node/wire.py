@@ -100,6 +100,23 @@ RESPONSE_KEYS = frozenset({START, PREEMPT, ABORT, ACKNOWLEDGE})
 """What ``NodeAgent.apply_heartbeat_response`` applies; ``heartbeat_period`` is the loop's."""
 
 
+RUNNING_STATISTICS_BACKOFF = 30.0
+"""Seconds between two reports of one running job's statistics: between them its entry carries none (YTsaurus's exec
+node sends a running job's statistics at most every ``running_job_statistics_sending_backoff``, 30 s). The
+scheduler does not read running jobs' statistics (only a finished job's); sent every heartbeat, they made every
+entry's text new each heartbeat, so none was taken from the scheduler's cache of unchanged entries
+(``wire_structs``)."""
+
+
+def counted_memory(measured: float, reserve: float) -> float:
+    """A running job's memory as its entry reports it (``memory_usage``): the measured memory, never less than the
+    job's reserved memory (YTsaurus's job proxy never reports less memory usage than was reserved); 0, not
+    measured, stays 0. The scheduler counts the larger of the reserve and the reported memory
+    (``RunningJobReport.counted_usage``), so it counts the same either way; a job below its reserve sends the same
+    entry every heartbeat instead of a new one for each sample."""
+    return max(measured, reserve) if measured > 0 else 0.0
+
+
 def running_job(
     job_id: str,
     operation_id: str,
@@ -272,6 +289,17 @@ class RunningJobReport:
     statistics: dict[str, Any] = field(default_factory=dict)
     gpu_devices: tuple[int, ...] = ()
     """Host indices of the GPUs the job holds (``node/gpu.py``)."""
+    counted_usage: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    """What the report says its allocation uses: ``resource_usage`` as floats, the memory raised to
+    ``memory_usage`` (the scheduler counts it where it exceeds the reserve: ``SchedulerCore.report_usage``). Made
+    once per report: an entry unchanged since the node's last heartbeat gives the same report, and a node measuring
+    memory reports every running job every heartbeat."""
+
+    def __post_init__(self) -> None:
+        counted = [float(value) for value in self.resource_usage]
+        if len(counted) > MEMORY:
+            counted[MEMORY] = max(counted[MEMORY], float(self.memory_usage))
+        object.__setattr__(self, "counted_usage", tuple(counted))
 
 
 @dataclass

@@ -60,7 +60,6 @@ from pooltree.node import wire
 from pooltree.node.wire import HeartbeatRequest, RunningJobReport
 from pooltree.resources import MEMORY, parse_resources
 from pooltree.server.live.generation import pending_min_needed
-from pooltree.server.live.jobs import reported_usage
 from pooltree.strategy.scheduler import usage_above_reserve
 
 if TYPE_CHECKING:
@@ -131,7 +130,7 @@ _BOUNDS_LIMIT = 4096
 class MemoryBounds:
     """A running job's memory bound by what it is a function of (the report's resource usage, the allocation's
     reserve and resources), kept per distinct inputs: the jobs of an operation share theirs, so the rule's numpy
-    work (``reported_usage``, ``usage_above_reserve``, ``np.array_equal``: ~20 us a job) is done about once per
+    work (``RunningJobReport.counted_usage``, ``usage_above_reserve``, ``np.array_equal``: ~20 us a job) is done about once per
     operation and reserve, not for every job new since the node's last proof (several per proof on a loaded
     cluster; ``bench/RESULTS.md``, session 33). At most `_BOUNDS_LIMIT` inputs (then forgotten all at once)."""
 
@@ -141,7 +140,7 @@ class MemoryBounds:
     def bound(self, usage: tuple[float, ...], allocation: Allocation) -> float | None:
         """The measured memory up to which a report of ``usage`` changes nothing for ``allocation`` (a live one):
         its reserve's memory when a report at the reserve leaves the allocation's accounted usage as it is
-        (``reported_usage``, ``usage_above_reserve``: the rule ``LiveJobs`` applies); None (the memory must be
+        (``RunningJobReport.counted_usage``, ``usage_above_reserve``: the rule ``LiveJobs`` applies); None (the memory must be
         the same) when a report has raised it above."""
         reserve = allocation.reserve
         # the reserve is the resources, the same array, until a report raised it: then its floats are the key
@@ -156,7 +155,7 @@ class MemoryBounds:
         except KeyError:
             pass
         memory = float(reserve[MEMORY])
-        at_reserve = reported_usage(RunningJobReport("", "", "", usage, memory))
+        at_reserve = RunningJobReport("", "", "", usage, memory).counted_usage
         above = usage_above_reserve(reserve, at_reserve)
         bound = memory if np.array_equal(above, allocation.resources) else None
         if len(known) >= _BOUNDS_LIMIT:

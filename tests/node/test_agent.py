@@ -75,6 +75,59 @@ def test_heartbeat_reports_limits_usage_and_running_jobs(tmp_path):
     assert heartbeat["finished_jobs"] == []
 
 
+def test_running_entries_report_memory_never_below_the_reserve_and_statistics_at_the_backoff(tmp_path):
+    """A running job's entry reports its measured memory, never less than its reserve (YTsaurus's job proxy), so a
+    job below its reserve sends the same entry every heartbeat; its statistics go at most every
+    ``running_statistics_backoff`` seconds of the agent's clock (YTsaurus's ``running_job_statistics_sending_backoff``),
+    the first heartbeat that reports it included."""
+    now = [1000.0]
+    executor = JobExecutor(
+        tmp_path / "slots", memory_sample_period=0.05, memory_meter="psutil", abort_grace=0.5
+    )
+    limits = vector(user_slots=4, cpu=4, memory=8 * GiB, network=100)
+    agent = NodeAgent("node-1:9012", executor, limits, clock=lambda: now[0], running_statistics_backoff=30.0)
+    measured = {"below": 100 * 2**20, "above": 3 * GiB, "unmeasured": 0.0}
+    executor.memory_usage = measured.__getitem__  # the meter's samples, fixed
+
+    async def scenario():
+        try:
+            start = [
+                {"job_id": job_id, "operation_id": "op", "command": "sleep 30", "memory_reserve": "1Gi"}
+                for job_id in measured
+            ]
+            await agent.apply_heartbeat_response(start=start)
+            beats = []
+            for moment in (1000.0, 1001.0, 1029.0, 1030.0, 1031.0):
+                now[0] = moment
+                beats.append({entry["job_id"]: entry for entry in agent.build_heartbeat()["running_jobs"]})
+            reserves = {job_id: float(executor.spec(job_id).resources[MEMORY]) for job_id in measured}
+            return beats, reserves
+        finally:
+            await agent.shutdown()
+
+    beats, reserves = run(scenario())
+    assert all(reserve >= GiB for reserve in reserves.values())
+    for entries in beats:
+        assert entries["below"]["memory_usage"] == reserves["below"]
+        assert entries["above"]["memory_usage"] == 3 * GiB
+        assert entries["unmeasured"]["memory_usage"] == 0
+    with_statistics = [
+        sorted(job for job, entry in entries.items() if entry["statistics"]) for entries in beats
+    ]
+    assert with_statistics == [sorted(measured), [], [], sorted(measured), []]
+    assert "time/total" in beats[3]["below"]["statistics"]
+    steady = [
+        {key: value for key, value in entries["below"].items() if key != "phase"} for entries in beats[1:3]
+    ]
+    assert steady[0] == steady[1], "the same entry while nothing the scheduler reads moved"
+
+
+def test_a_negative_statistics_backoff_is_refused(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        make_agent(tmp_path, running_statistics_backoff=-1.0)
+    assert info.value.path == "running_statistics_backoff"
+
+
 def test_finished_reports_are_resent_until_acknowledged(tmp_path):
     async def scenario():
         agent = make_agent(tmp_path)

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from pooltree.config import parse_pool_trees
 from pooltree.errors import ConfigError
+from pooltree.node import wire
+from pooltree.node.wire import RunningJobReport
 from pooltree.resources import same_vector
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
@@ -208,3 +210,21 @@ def test_same_vector_is_array_equal(a: list[float], b: list[float], same: bool) 
     right = np.array(a if same else b, dtype=float)
     assert same_vector(left, right) == np.array_equal(left, right)
     assert same_vector(left, right[:4]) is False
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    measured=st.one_of(st.just(0.0), st.floats(min_value=1.0, max_value=2.0**40, allow_nan=False)),
+    reserve=st.one_of(st.just(0.0), st.floats(min_value=1.0, max_value=2.0**40, allow_nan=False)),
+)
+def test_counted_memory_reports_what_the_scheduler_counts_from_the_measured(
+    measured: float, reserve: float
+) -> None:
+    """The node reports a job's memory never below its reserve (``wire.counted_memory``); the scheduler counts the
+    same usage from it as from the measured memory, and skips the same reports (none measured)."""
+    usage = (1.0, 1.0, 0.0, reserve, 0.0)
+    counted = wire.counted_memory(measured, reserve)
+    as_measured = RunningJobReport("j", "op", "main", usage, measured)
+    as_counted = RunningJobReport("j", "op", "main", usage, counted)
+    assert (as_counted.memory_usage <= 0) == (as_measured.memory_usage <= 0)
+    assert as_counted.counted_usage == as_measured.counted_usage

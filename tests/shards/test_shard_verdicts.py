@@ -411,9 +411,9 @@ def test_start_entry_resources_are_read_as_a_report_and_kept_per_owner_within_th
 def test_memory_bounds_follow_the_rule_and_are_computed_once_per_distinct_inputs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A job's memory bound is the rule's (``reported_usage``, ``usage_above_reserve``: its reserve's memory when a
-    report at the reserve leaves the accounted usage as it is, else none), for a reserve that is the resources and
-    one a report raised; the jobs that share their inputs share one computation; past the limit all are forgotten."""
+    """A job's memory bound is the rule's (``RunningJobReport.counted_usage``, ``usage_above_reserve``: its
+    reserve's memory when a report at the reserve leaves the accounted usage as it is, else none), for a reserve
+    that is the resources and one a report raised; the jobs that share their inputs share one computation; past the limit all are forgotten."""
     computed: list[object] = []
     rule = verdicts.usage_above_reserve
 
@@ -432,7 +432,7 @@ def test_memory_bounds_follow_the_rule_and_are_computed_once_per_distinct_inputs
     def expected(usage: tuple[float, ...], made: Allocation) -> float | None:
         memory = float(made.reserve[verdicts.MEMORY])
         report = RunningJobReport("j", "op", "main", usage, memory)
-        above = rule(made.reserve, verdicts.reported_usage(report))
+        above = rule(made.reserve, report.counted_usage)
         return memory if np.array_equal(above, made.resources) else None
 
     bounds = verdicts.MemoryBounds()

@@ -18,7 +18,7 @@ from pooltree.controllers.speculative import SPECULATIVE_ABORT_REASONS
 from pooltree.node import wire
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
 from pooltree.node.wire import FinishedJobReport, HeartbeatRequest, RunningJobReport
-from pooltree.resources import MEMORY, resources_to_dict, same_vector
+from pooltree.resources import resources_to_dict, same_vector
 from pooltree.security.vault import secure_vault_environment
 from pooltree.server.live.job_specs import JobSpecs
 from pooltree.server.live.model import (
@@ -40,16 +40,6 @@ PREEMPTION_ERROR_ATTRIBUTES = ("preemption_reason", "preempted_for")
 Then = Callable[[dict[str, Any]], None]
 """Called with a heartbeat's response under the scheduling lock, at the end of the hold that made it
 (``LiveJobs.process_heartbeat_unwaited``)."""
-
-
-def reported_usage(report: RunningJobReport) -> list[float]:
-    """What a running job's report says its allocation uses: its resource usage with the memory raised to the
-    measured memory (``SchedulerCore.report_usage`` counts it where it exceeds the reserve). Floats in a list, as
-    ``np.array(..., dtype=float)`` would hold them: the core answers the common report from them without numpy
-    (a node measuring memory reports every running job so every heartbeat)."""
-    reported = [float(value) for value in report.resource_usage]
-    reported[MEMORY] = max(reported[MEMORY], float(report.memory_usage))
-    return reported
 
 
 def preemption_error(
@@ -404,7 +394,7 @@ class LiveJobs:
         (``SchedulerCore.report_usage``: where it exceeds the reserve); a usage that moved moves the generation."""
         scheduler = self.scheduler
         core = scheduler.cores.get(tree)
-        if core is not None and core.report_usage(allocation_id, reported_usage(report)):
+        if core is not None and core.report_usage(allocation_id, report.counted_usage):
             scheduler.generation.bump()  # usage moved: limits and fits elsewhere may differ
 
     def _schedule(self, node: NodeState, heartbeat: HeartbeatRequest, now: float) -> list[dict[str, Any]]:
