@@ -641,9 +641,15 @@ def _within_reserve(allocation: Allocation, reported: Vector | Sequence[float]) 
     """Whether ``usage_above_reserve(allocation.reserve, reported)`` equals ``allocation.resources`` because the
     allocation's usage is its reserve (never raised: the same vector, ``Allocation.amounts`` its floats) and nothing
     reported is above it: the maximum is then the reserve itself. A NaN on either side fails ``<=`` (numpy's
-    maximum would make it NaN, unequal to anything): not within; False is "not shown", never "changed"."""
+    maximum would make it NaN, unequal to anything): not within; False is "not shown", never "changed".
+
+    A report equal to the reserve's floats (a tuple: a node reporting a job's usage at its reserve, the measured
+    memory below it; ``RunningJobReport.counted_usage``) is within at once: an allocation's amounts hold no NaN,
+    and a NaN reported is a float unequal to them."""
     if allocation.resources is not allocation.reserve:
         return False
+    if type(reported) is tuple and reported == allocation.amounts:
+        return True
     values = reported.tolist() if isinstance(reported, np.ndarray) else reported
     if len(values) != len(allocation.amounts):
         return False

@@ -1,6 +1,6 @@
 """``TreeScheduler.report_usage``'s short answer from Python floats (``_within_reserve``) decides as its numpy path:
 the same answers, usages and node usages as the rule written plainly (``usage_above_reserve`` then
-``np.array_equal``), on reports below, at and above the reserve, NaN, as lists and as vectors, before and after an
+``np.array_equal``), on reports below, at and above the reserve, NaN, as tuples, lists and vectors, before and after an
 allocation's usage was raised."""
 
 from __future__ import annotations
@@ -58,25 +58,29 @@ def _outcome(call: Any, *args: Any) -> Any:
 _AMOUNTS = st.sampled_from([0.0, 0.5, 1.0, 1.5, 3 * GiB, 4 * GiB, 4 * GiB + 1.0, 6 * GiB, math.nan])
 
 
+_FORMS = {"list": list, "tuple": tuple, "vector": np.array}
+"""How a report reaches ``report_usage``: a tuple as ``RunningJobReport.counted_usage`` holds it, a list, a vector."""
+
+
 @st.composite
-def _reports(draw: Any) -> list[tuple[int, list[float], bool]]:
+def _reports(draw: Any) -> list[tuple[int, list[float], str]]:
     reports = []
     for _ in range(draw(st.integers(1, 12))):
         index = draw(st.integers(0, 2))
         values = [float(v) for v in JOB.tolist()]
         values[CPU] = draw(st.sampled_from([0.5, 1.0, 1.5, math.nan]))
         values[MEMORY] = draw(_AMOUNTS)
-        reports.append((index, values, draw(st.booleans())))
+        reports.append((index, values, draw(st.sampled_from(sorted(_FORMS)))))
     return reports
 
 
 @settings(max_examples=150, deadline=None)
 @given(_reports())
-def test_the_short_answer_decides_as_the_numpy_rule(reports: list[tuple[int, list[float], bool]]) -> None:
+def test_the_short_answer_decides_as_the_numpy_rule(reports: list[tuple[int, list[float], str]]) -> None:
     fast, ids = _core()
     plain, plain_ids = _core()
-    for index, values, as_vector in reports:
-        reported: Any = np.array(values) if as_vector else list(values)
+    for index, values, form in reports:
+        reported: Any = _FORMS[form](values)
         got = _outcome(fast.report_usage, ids[index], reported)
         want = _outcome(_plain_report_usage, plain.strategy, plain_ids[index], np.array(values))
         assert got == want
@@ -106,6 +110,9 @@ def test_a_report_within_the_reserve_is_answered_without_numpy(monkeypatch: pyte
     below[MEMORY] = 3 * GiB
     assert not core.report_usage(ids[0], below)
     assert not core.report_usage(ids[0], [float(v) for v in JOB.tolist()])
+    assert not core.report_usage(
+        ids[0], tuple(float(v) for v in JOB.tolist())
+    )  # equal to the reserve's floats
     assert calls == []
     above = list(below)
     above[MEMORY] = 5 * GiB
