@@ -67,11 +67,11 @@ class SimNode:
         self.memory_meter = memory_meter
         """Report each running job as the node agent does (``node/agent.py``): its memory measured anew every
         heartbeat, a share of the job's memory (its reserve, else ``METERED_BYTES``) drawn from [``METERED_LOW``,
-        ``METERED_HIGH``] and reported never below the reserve (``wire.counted_memory``), and its statistics so far
-        in its first entry and then every ``wire.RUNNING_STATISTICS_BACKOFF`` seconds. Off: no measured memory,
-        no statistics, the same entries every heartbeat."""
-        self._statistics_sent: dict[str, float] = {}
-        """Running job id → when its statistics were last sent (``memory_meter``)."""
+        ``METERED_HIGH``] and reported never below the reserve (``wire.counted_memory``), and the running jobs'
+        statistics so far in one heartbeat every ``wire.RUNNING_STATISTICS_BACKOFF`` seconds. Off: no measured
+        memory, no statistics, the same entries every heartbeat."""
+        self._statistics_sent: float | None = None
+        """When the running jobs' statistics were last sent (``memory_meter``); None: never."""
         self._view: tuple[list[dict[str, Any]], dict[str, float], float] | None = None
         """The running jobs' entries, their summed usage and the first ``finish_at``, as last computed: kept until
         the running set changes (the same values each heartbeat recomputed; the driver's CPU is the machine's)."""
@@ -126,17 +126,16 @@ class SimNode:
         """The running entries with this heartbeat's memory and the statistics due (new maps: the kept view stays
         as computed), and the measured memory's sum."""
         out, total, draw = [], 0.0, self.random.uniform
-        sent, self._statistics_sent = self._statistics_sent, {}
+        last = self._statistics_sent
+        with_statistics = last is None or not 0 <= now - last < wire.RUNNING_STATISTICS_BACKOFF
+        if with_statistics:
+            self._statistics_sent = now
         for entry in entries:
             reserve = float(entry.get("resource_usage", {}).get("memory", 0.0))
             memory = float(int((reserve or METERED_BYTES) * draw(METERED_LOW, METERED_HIGH)))
             metered = {**entry, "memory_usage": wire.counted_memory(memory, reserve)}
-            job_id = entry["job_id"]
-            last = sent.get(job_id)
-            if last is None or not 0 <= now - last < wire.RUNNING_STATISTICS_BACKOFF:
-                last = now
+            if with_statistics:
                 metered["statistics"] = _statistics(reserve, memory, now - entry["start_time"])
-            self._statistics_sent[job_id] = last
             out.append(metered)
             total += memory
         return out, total

@@ -3,7 +3,8 @@
 ``NodeAgent`` wraps a ``JobExecutor``. ``build_heartbeat()`` returns a plain map: node address, resource limits
 and usage (the sum of running jobs' allocation resources, as the scheduler counts them), measured memory, the
 running jobs with their phase, memory (measured, never below the reserve: ``wire.counted_memory``) and statistics
-(at most every ``running_statistics_backoff``), and every finished job not yet acknowledged. A finished job is
+(all running jobs' in one heartbeat every ``running_statistics_backoff``), and every finished job not yet
+acknowledged. A finished job is
 re-sent in each heartbeat until the scheduler acknowledges its id, so a scheduler restart loses no result;
 ``apply_heartbeat_response(start, preempt, abort, acknowledge)`` starts, interrupts and aborts jobs and drops
 acknowledged reports. ``heartbeat_needed`` is set as soon as a job finishes, for an out-of-turn heartbeat.
@@ -117,8 +118,8 @@ class NodeAgent:
             )
         self.running_statistics_backoff = running_statistics_backoff
         self._clock = clock
-        self._statistics_sent: dict[str, float] = {}
-        """Running job id → when its statistics were last sent (``running_statistics_backoff``)."""
+        self._statistics_sent: float | None = None
+        """When the running jobs' statistics were last sent (``running_statistics_backoff``); None: never."""
         self._sequence = 0
         self._unacknowledged: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._stderr_uploads: dict[str, str] = {}
@@ -160,7 +161,10 @@ class NodeAgent:
         running = []
         measured = 0.0
         now = self._clock()
-        sent, self._statistics_sent = self._statistics_sent, {}
+        last = self._statistics_sent
+        with_statistics = last is None or not 0 <= now - last < self.running_statistics_backoff
+        if with_statistics:
+            self._statistics_sent = now
         for job_id in self.executor.running_job_ids():
             spec = self.executor.spec(job_id)
             if spec is None:
@@ -168,11 +172,7 @@ class NodeAgent:
             memory = self.executor.memory_usage(job_id)
             measured += memory
             reserve = 0.0 if spec.resources is None else float(spec.resources[MEMORY])
-            last = sent.get(job_id)
-            statistics = None
-            if last is None or not 0 <= now - last < self.running_statistics_backoff:
-                statistics, last = self.executor.running_statistics(job_id), now
-            self._statistics_sent[job_id] = last
+            statistics = self.executor.running_statistics(job_id) if with_statistics else None
             running.append(
                 wire.running_job(
                     job_id,

@@ -101,11 +101,11 @@ RESPONSE_KEYS = frozenset({START, PREEMPT, ABORT, ACKNOWLEDGE})
 
 
 RUNNING_STATISTICS_BACKOFF = 30.0
-"""Seconds between two reports of one running job's statistics: between them its entry carries none (YTsaurus's exec
-node sends a running job's statistics at most every ``running_job_statistics_sending_backoff``, 30 s). The
-scheduler does not read running jobs' statistics (only a finished job's); sent every heartbeat, they made every
-entry's text new each heartbeat, so none was taken from the scheduler's cache of unchanged entries
-(``wire_structs``)."""
+"""Seconds between a node's reports of its running jobs' statistics (YTsaurus's exec node sends a running job's
+statistics at most every ``running_job_statistics_sending_backoff``, 30 s): the node sends all its running jobs'
+statistics in one heartbeat every this many seconds, and none in the others. The scheduler shows the last ones it got
+(``get_job``, ``list_jobs``); the heartbeats between carry entries whose text is unchanged while the jobs' usage is,
+which the scheduler does not read again (``wire_structs``) and a node shard answers without the leader."""
 
 
 def counted_memory(measured: float, reserve: float) -> float:

@@ -189,8 +189,10 @@ def expected_next(
 
 def heartbeat_key(heartbeat: HeartbeatRequest, bounds: dict[str, float]) -> tuple[Any, ...]:
     """What the leader reads of a heartbeat that reports no finished job: two heartbeats with equal keys are
-    processed alike (running jobs' statistics are not read by the scheduler), when the measured memory of each
-    job with a bound is at most that bound (the memory is left out of the key for those)."""
+    processed alike, when the measured memory of each job with a bound is at most that bound (the memory is left
+    out of the key for those). A running job's statistics are in the key: the leader keeps the last ones sent
+    (``get_job``), so a heartbeat with new ones goes to it (a node sends them every
+    ``wire.RUNNING_STATISTICS_BACKOFF``, its other heartbeats none)."""
     return (
         tuple(heartbeat.resource_limits.tolist()),
         heartbeat.tags,
@@ -202,6 +204,7 @@ def heartbeat_key(heartbeat: HeartbeatRequest, bounds: dict[str, float]) -> tupl
                 tuple(r.resource_usage),
                 None if r.job_id in bounds else r.memory_usage,
                 r.gpu_devices,
+                r.statistics,
             )
             for r in heartbeat.running
         ),

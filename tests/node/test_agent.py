@@ -77,9 +77,9 @@ def test_heartbeat_reports_limits_usage_and_running_jobs(tmp_path):
 
 def test_running_entries_report_memory_never_below_the_reserve_and_statistics_at_the_backoff(tmp_path):
     """A running job's entry reports its measured memory, never less than its reserve (YTsaurus's job proxy), so a
-    job below its reserve sends the same entry every heartbeat; its statistics go at most every
-    ``running_statistics_backoff`` seconds of the agent's clock (YTsaurus's ``running_job_statistics_sending_backoff``),
-    the first heartbeat that reports it included."""
+    job below its reserve sends the same entry every heartbeat; the running jobs' statistics go in one heartbeat
+    every ``running_statistics_backoff`` seconds of the agent's clock (YTsaurus's
+    ``running_job_statistics_sending_backoff``), the first heartbeat included."""
     now = [1000.0]
     executor = JobExecutor(
         tmp_path / "slots", memory_sample_period=0.05, memory_meter="psutil", abort_grace=0.5

@@ -23,6 +23,7 @@ import httpx
 import yt.wrapper as ytw
 from polling import wait_for
 
+from pooltree.node import wire
 from pooltree.node.agent import NodeAgent
 from pooltree.node.executor import JobExecutor
 from pooltree.node.files import BlobCache, http_blob_source, upload_stderr
@@ -111,6 +112,7 @@ class Node:
         period: float = 0.1,
         isolation: str = "auto",
         tags: Sequence[str] = (),
+        statistics_backoff: float = wire.RUNNING_STATISTICS_BACKOFF,
     ) -> None:
         self.loop = loop
         self.scheduler_url = scheduler_url
@@ -131,7 +133,10 @@ class Node:
                 isolation=isolation,
             )
             return NodeAgent(
-                address, executor, vector(user_slots=slots, cpu=slots, memory=8 * GIB, network=100)
+                address,
+                executor,
+                vector(user_slots=slots, cpu=slots, memory=8 * GIB, network=100),
+                running_statistics_backoff=statistics_backoff,
             )
 
         self.agent: NodeAgent = loop.run(build())
@@ -190,6 +195,7 @@ class Cluster:
         db: str | None = None,
         isolation: str = "auto",
         node_tags: Mapping[int, Sequence[str]] | None = None,
+        statistics_backoff: float = wire.RUNNING_STATISTICS_BACKOFF,
         **kwargs: object,
     ) -> None:
         self.root = root
@@ -209,6 +215,7 @@ class Cluster:
                 node_secret=self.node_secret,
                 isolation=isolation,
                 tags=(node_tags or {}).get(i, ()),
+                statistics_backoff=statistics_backoff,
             )
             for i in range(nodes)
         ]

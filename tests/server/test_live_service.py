@@ -276,3 +276,30 @@ def test_bad_requests_and_token(tmp_path: Path) -> None:
         assert state(client, op.id) == "completed"
     finally:
         cluster.close()
+
+
+def test_a_running_job_shows_its_statistics_so_far(tmp_path: Path) -> None:
+    """A running job's statistics reach ``get_job`` and ``list_jobs`` while it runs, its own (descriptor 5)
+    included: the node sends its running jobs' statistics every ``running_statistics_backoff`` (YTsaurus's
+    ``running_job_statistics_sending_backoff``; short here) and the scheduler keeps the last ones."""
+    cluster = Cluster(tmp_path, statistics_backoff=0.2)
+    try:
+        client = cluster.client()
+        op = client.run_operation(vanilla("echo '{rows={rejected=3}};' >&5; sleep 60"), sync=False)
+
+        def running_job() -> dict | None:
+            jobs = client.list_jobs(op.id)["jobs"]
+            if not jobs or jobs[0]["state"] != "running":
+                return None
+            job = client.get_job(op.id, jobs[0]["id"])
+            rejected = job["statistics"].get("custom/rows/rejected")  # a YsonDouble: compared as a float
+            return job if rejected is not None and float(rejected) == 3.0 else None
+
+        job = wait_for(running_job, timeout=30)
+        assert job["state"] == "running"
+        assert job["statistics"]["time/total"] >= 0
+        listed = client.list_jobs(op.id)["jobs"][0]
+        assert float(listed["statistics"]["custom/rows/rejected"]) == 3.0
+        client.abort_operation(op.id)
+    finally:
+        cluster.close()

@@ -250,8 +250,8 @@ def test_a_shard_answers_only_the_proven_heartbeat_at_the_proven_generation() ->
     assert shard.generation == 3
     # what a shard process decodes a body for: a verdict from that peer that holds at the latest generation
     assert shard.holds("n1", "10.0.0.1") and not shard.holds("n1", "10.0.0.2") and not shard.holds("n2", None)
-    # the same reports (running jobs' statistics are not read by the scheduler) from the same peer: answered
-    same = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), statistics={"t": 2})
+    # the same reports (the same statistics: the leader has them) from the same peer: answered
+    same = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), statistics={"t": 1})
     assert shard.answer(_heartbeat([same]), "10.0.0.1", 5.0) == answer
     # another peer, a finished job, another usage or memory report, another job: to the leader
     assert shard.answer(_heartbeat([same]), "10.0.0.2", 6.0) is None
@@ -344,6 +344,22 @@ def test_a_shard_lets_memory_vary_up_to_its_bound() -> None:
     assert shard.answer(with_memory(300.0, 500.0), None, 2.0) == answer
     assert shard.answer(with_memory(301.0, 500.0), None, 3.0) is None  # above j1's bound
     assert shard.answer(with_memory(100.0, 501.0), None, 4.0) is None  # j2 has no bound: exactly as proven
+
+
+def test_a_shard_leaves_new_running_statistics_to_the_leader() -> None:
+    """The leader keeps a running job's last statistics (``get_job``): a heartbeat sending other statistics than the
+    proven one goes to the leader; one with the same (none, between the node's sends) is answered."""
+    usage = (1.0, 1.0, 0.0, 0.0, 0.0)
+    answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 1.0}
+    shard = ShardNodes()
+    proven_job = RunningJobReport("j1", "op1", "main", usage)
+    shard.remember("n1", None, _kept(_heartbeat([proven_job]), answer, 1, {}, None))
+
+    def with_statistics(statistics: dict[str, float]) -> HeartbeatRequest:
+        return _heartbeat([RunningJobReport("j1", "op1", "main", usage, statistics=statistics)])
+
+    assert shard.answer(with_statistics({}), None, 1.0) == answer
+    assert shard.answer(with_statistics({"time/total": 1000.0}), None, 2.0) is None
 
 
 def test_the_leader_proves_a_node_sparingly_while_its_proofs_go_unused(tmp_path: Path) -> None:

@@ -331,10 +331,10 @@ class LiveJobs:
 
     def _take_running_reports(self, node: NodeState, heartbeat: HeartbeatRequest) -> int:
         """The node's running-job reports, in one pass: a job the scheduler does not know (or another node's) is
-        aborted (``unknown_job``), a known one is confirmed, a new GPU placement is kept, and measured memory above
-        a job's reserve counts as its allocation's usage (``SchedulerCore.report_usage``). Returns how many of the
-        node's running jobs the report confirmed (distinct ids), so the caller walks the node's jobs for missing
-        ones only when some are missing.
+        aborted (``unknown_job``), a known one is confirmed, a new GPU placement and its statistics so far are kept
+        (``get_job`` shows them), and measured memory above a job's reserve counts as its allocation's usage
+        (``SchedulerCore.report_usage``). Returns how many of the node's running jobs the report confirmed
+        (distinct ids), so the caller walks the node's jobs for missing ones only when some are missing.
 
         A job is looked up among the node's own running jobs first (``RunningJobs.node_index``: the same job when
         it runs there), and among all only when it is not one of them (unknown, or another node's)."""
@@ -360,6 +360,8 @@ class LiveJobs:
                 seen.add(job_id)
                 job.missed_heartbeats = 0
                 confirmed += 1
+                if report.statistics:  # as the general steps keep them
+                    job.statistics = report.statistics
                 if job.allocation_id is None or report.memory_usage <= 0:  # the general steps' own test
                     continue
                 self._count_measured(job.tree, job.allocation_id, report)
@@ -384,6 +386,10 @@ class LiveJobs:
             if first:
                 job.missed_heartbeats = 0
                 confirmed += 1
+            if (
+                report.statistics
+            ):  # its statistics so far, sent every RUNNING_STATISTICS_BACKOFF: get_job shows them
+                job.statistics = report.statistics
             if job.allocation_id is None or report.memory_usage <= 0:
                 continue
             self._count_measured(job.tree, job.allocation_id, report)
