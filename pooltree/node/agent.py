@@ -4,10 +4,10 @@
 and usage (the sum of running jobs' allocation resources, as the scheduler counts them), measured memory, the
 running jobs with their phase, memory (measured, never below the reserve: ``wire.counted_memory``) and statistics
 (all running jobs' in one heartbeat every ``running_statistics_backoff``), and every finished job not yet
-acknowledged. A finished job is
-re-sent in each heartbeat until the scheduler acknowledges its id, so a scheduler restart loses no result;
-``apply_heartbeat_response(start, preempt, abort, acknowledge)`` starts, interrupts and aborts jobs and drops
-acknowledged reports. ``heartbeat_needed`` is set as soon as a job finishes, for an out-of-turn heartbeat.
+acknowledged. A finished job is re-sent in each heartbeat until the scheduler acknowledges its id, so a scheduler
+restart loses no result; ``apply_heartbeat_response(start, preempt, abort, acknowledge)`` starts, interrupts and
+aborts jobs and drops acknowledged reports. ``heartbeat_needed`` is set as soon as a job finishes, for an
+out-of-turn heartbeat.
 The HTTP loop that carries these maps lives elsewhere; nothing here does network I/O.
 """
 

@@ -386,9 +386,7 @@ class LiveJobs:
             if first:
                 job.missed_heartbeats = 0
                 confirmed += 1
-            if (
-                report.statistics
-            ):  # its statistics so far, sent every RUNNING_STATISTICS_BACKOFF: get_job shows them
+            if report.statistics:  # sent every wire.RUNNING_STATISTICS_BACKOFF; get_job shows the last
                 job.statistics = report.statistics
             if job.allocation_id is None or report.memory_usage <= 0:
                 continue
